@@ -1,0 +1,209 @@
+#include "drivers/cpu/cpu_driver.h"
+
+#include <dlfcn.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/match.h"
+#include "absl/strings/ascii.h"
+#include "absl/strings/strip.h"
+#include "drivers/cpu/trampoline.h"
+
+namespace replayd {
+namespace {
+
+using Entry = void (*)(const long long* args, int core_id);
+
+// Small buffers come from the heap; large ones are mapped so that their pages arrive
+// zeroed on first touch and go back to the system when freed.
+constexpr uint64_t kMapThreshold = 64 * 1024;
+constexpr uint64_t kAlignment = 64;
+
+std::string CpuModelName() {
+  std::ifstream in("/proc/cpuinfo");
+  std::string line;
+  while (std::getline(in, line)) {
+    if (absl::StartsWith(line, "model name")) {
+      size_t colon = line.find(':');
+      if (colon != std::string::npos) return std::string(absl::StripLeadingAsciiWhitespace(
+                                              absl::string_view(line).substr(colon + 1)));
+    }
+  }
+  return "host cpu";
+}
+
+uint64_t PhysicalMemory() {
+  long pages = sysconf(_SC_PHYS_PAGES);
+  long page = sysconf(_SC_PAGESIZE);
+  return pages > 0 && page > 0 ? static_cast<uint64_t>(pages) * page : (1ull << 32);
+}
+
+class CpuKernel : public Kernel {
+ public:
+  CpuKernel(void* handle, Entry entry, Signature signature)
+      : handle_(handle), entry_(entry), signature_(std::move(signature)) {}
+  ~CpuKernel() override { dlclose(handle_); }
+  const Signature& signature() const override { return signature_; }
+  Entry entry() const { return entry_; }
+
+ private:
+  void* handle_;
+  Entry entry_;
+  Signature signature_;
+};
+
+class CpuContext : public Context {
+ public:
+  explicit CpuContext(CpuDevice* device) : device_(device) {}
+
+  absl::StatusOr<Allocation> Allocate(uint64_t bytes) override {
+    if (bytes == 0) return absl::InvalidArgumentError("allocation of 0 bytes");
+    if (!device_->Reserve(bytes)) {
+      return absl::ResourceExhaustedError(absl::StrCat(
+          "cpu:0: allocation of ", bytes, " bytes exceeds free memory (",
+          device_->info().total_memory - device_->memory_in_use(), " of ",
+          device_->info().total_memory, " bytes free)"));
+    }
+    void* p = nullptr;
+    if (bytes >= kMapThreshold) {
+      p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+      if (p == MAP_FAILED) p = nullptr;
+    } else {
+      uint64_t rounded = (bytes + kAlignment - 1) / kAlignment * kAlignment;
+      p = std::aligned_alloc(kAlignment, rounded);
+      if (p) std::memset(p, 0, rounded);
+    }
+    if (!p) {
+      device_->Release(bytes);
+      return absl::ResourceExhaustedError(
+          absl::StrCat("cpu:0: host allocation of ", bytes, " bytes failed"));
+    }
+    return Allocation{reinterpret_cast<uint64_t>(p), bytes};
+  }
+
+  void Free(const Allocation& a) override {
+    void* p = reinterpret_cast<void*>(a.address);
+    if (a.bytes >= kMapThreshold) {
+      munmap(p, a.bytes);
+    } else {
+      std::free(p);
+    }
+    device_->Release(a.bytes);
+  }
+
+  absl::Status Write(const Allocation& dst, uint64_t offset,
+                     std::span<const uint8_t> bytes) override {
+    std::memcpy(reinterpret_cast<uint8_t*>(dst.address) + offset, bytes.data(), bytes.size());
+    return absl::OkStatus();
+  }
+
+  absl::Status Read(const Allocation& src, uint64_t offset, std::span<uint8_t> bytes) override {
+    std::memcpy(bytes.data(), reinterpret_cast<const uint8_t*>(src.address) + offset,
+                bytes.size());
+    return absl::OkStatus();
+  }
+
+  absl::Status Copy(const Allocation& dst, uint64_t dst_offset, const Allocation& src,
+                    uint64_t src_offset, uint64_t bytes) override {
+    std::memmove(reinterpret_cast<uint8_t*>(dst.address) + dst_offset,
+                 reinterpret_cast<const uint8_t*>(src.address) + src_offset, bytes);
+    return absl::OkStatus();
+  }
+
+  absl::StatusOr<std::unique_ptr<Kernel>> Load(const ProgramSource& source,
+                                               const std::filesystem::path& artifact) override {
+    void* handle = dlopen(artifact.c_str(), RTLD_NOW | RTLD_LOCAL);
+    if (!handle) {
+      const char* err = dlerror();
+      return absl::InternalError(absl::StrCat("cannot load ", artifact.string(), ": ",
+                                              err ? err : "unknown error"));
+    }
+    auto entry = reinterpret_cast<Entry>(dlsym(handle, std::string(kTrampolineSymbol).c_str()));
+    if (!entry) {
+      dlclose(handle);
+      return absl::InternalError(
+          absl::StrCat(artifact.string(), " has no symbol ", kTrampolineSymbol));
+    }
+    return std::make_unique<CpuKernel>(handle, entry, source.signature);
+  }
+
+  absl::StatusOr<std::optional<absl::Duration>> Launch(const Kernel& kernel,
+                                                       std::span<const ArgValue> args,
+                                                       const Dim3& global, const Dim3&,
+                                                       bool wait) override {
+    const auto& cpu_kernel = static_cast<const CpuKernel&>(kernel);
+    static_assert(sizeof(ArgValue) == sizeof(long long));
+    const auto* packed = reinterpret_cast<const long long*>(args.data());
+    Entry entry = cpu_kernel.entry();
+    uint64_t n = global[0] * global[1] * global[2];
+    auto start = std::chrono::steady_clock::now();
+    if (n == 1) {
+      entry(packed, 0);
+    } else {
+      device_->pool().ParallelFor(
+          n, [&](uint64_t i) { entry(packed, static_cast<int>(i)); });
+    }
+    if (!wait) return std::optional<absl::Duration>();
+    return std::optional<absl::Duration>(
+        absl::FromChrono(std::chrono::steady_clock::now() - start));
+  }
+
+  absl::Status Synchronize() override { return absl::OkStatus(); }
+
+ private:
+  CpuDevice* device_;
+};
+
+}  // namespace
+
+std::vector<std::unique_ptr<Device>> CpuDriver::Discover() {
+  std::vector<std::unique_ptr<Device>> devices;
+  devices.push_back(std::make_unique<CpuDevice>(options_));
+  return devices;
+}
+
+CpuDevice::CpuDevice(CpuDriverOptions options)
+    : compiler_(options.compiler),
+      pool_(options.threads > 0 ? options.threads - 1
+                                : std::max(1u, std::thread::hardware_concurrency()) - 1) {
+  info_.id = "cpu:0";
+  info_.kind = DeviceKind::kCpu;
+  info_.name = CpuModelName();
+  info_.total_memory = options.memory_limit ? options.memory_limit : PhysicalMemory() / 2;
+  info_.limits.max_global = {1u << 24, 1u << 24, 1u << 24};
+  info_.limits.max_global_total = 1u << 24;
+  info_.limits.max_local = {1, 1, 1};
+  info_.limits.max_local_total = 1;
+  info_.limits.max_args = 64;
+  info_.formats = {"cpu-c"};
+  info_.driver_version = compiler_.Identify();
+  info_.target = info_.driver_version;
+}
+
+bool CpuDevice::Reserve(uint64_t bytes) {
+  uint64_t used = in_use_.load();
+  do {
+    if (bytes > info_.total_memory || used > info_.total_memory - bytes) return false;
+  } while (!in_use_.compare_exchange_weak(used, used + bytes));
+  return true;
+}
+
+absl::Status CpuDevice::Compile(const ProgramSource& source,
+                                const std::filesystem::path& output) {
+  if (info_.driver_version.empty())
+    return absl::FailedPreconditionError("cpu:0: the C compiler could not be run");
+  return compiler_.Compile(source, output);
+}
+
+absl::StatusOr<std::unique_ptr<Context>> CpuDevice::OpenContext() {
+  return std::make_unique<CpuContext>(this);
+}
+
+}  // namespace replayd

@@ -1,0 +1,57 @@
+// The CPU device: host memory accounted against a limit, cpu-c programs compiled by
+// the system C compiler into shared objects, and launches run as parallel loops on a
+// thread pool. A launch runs to completion before Launch returns, so Synchronize has
+// nothing to wait for.
+#ifndef REPLAYD_DRIVERS_CPU_CPU_DRIVER_H_
+#define REPLAYD_DRIVERS_CPU_CPU_DRIVER_H_
+
+#include <atomic>
+#include <memory>
+
+#include "drivers/cpu/c_compiler.h"
+#include "drivers/cpu/thread_pool.h"
+#include "drivers/driver.h"
+
+namespace replayd {
+
+struct CpuDriverOptions {
+  uint64_t memory_limit = 0;  // bytes; 0 means half of physical memory
+  CCompilerOptions compiler;
+  int threads = 0;            // parallel invocations at once; 0 means one per core
+};
+
+class CpuDriver : public Driver {
+ public:
+  explicit CpuDriver(CpuDriverOptions options) : options_(std::move(options)) {}
+  // One device, cpu:0.
+  std::vector<std::unique_ptr<Device>> Discover() override;
+
+ private:
+  CpuDriverOptions options_;
+};
+
+class CpuDevice : public Device {
+ public:
+  explicit CpuDevice(CpuDriverOptions options);
+
+  const DeviceInfo& info() const override { return info_; }
+  uint64_t memory_in_use() const override { return in_use_.load(); }
+  absl::Status Compile(const ProgramSource& source,
+                       const std::filesystem::path& output) override;
+  absl::StatusOr<std::unique_ptr<Context>> OpenContext() override;
+
+  // Reserves `bytes` against the limit; false (nothing reserved) when it does not fit.
+  bool Reserve(uint64_t bytes);
+  void Release(uint64_t bytes) { in_use_.fetch_sub(bytes); }
+  ThreadPool& pool() { return pool_; }
+
+ private:
+  DeviceInfo info_;
+  CCompiler compiler_;
+  ThreadPool pool_;
+  std::atomic<uint64_t> in_use_{0};
+};
+
+}  // namespace replayd
+
+#endif  // REPLAYD_DRIVERS_CPU_CPU_DRIVER_H_

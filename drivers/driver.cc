@@ -1,0 +1,17 @@
+#include "drivers/driver.h"
+
+namespace replayd {
+
+absl::string_view DeviceKindName(DeviceKind kind) {
+  switch (kind) {
+    case DeviceKind::kCpu:
+      return "cpu";
+    case DeviceKind::kCuda:
+      return "cuda";
+    case DeviceKind::kHip:
+      return "hip";
+  }
+  return "unknown";
+}
+
+}  // namespace replayd

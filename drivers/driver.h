@@ -1,0 +1,169 @@
+// The device interface. Everything above drivers/ reaches a CPU, an NVIDIA GPU or an
+// AMD GPU only through these classes, so the engine is testable and device-agnostic.
+//
+// A Driver finds the devices of one kind. A Device is one physical device: it reports
+// what it is, accounts its memory and compiles program sources into artifacts. A
+// Context is one session's view of a device (on CUDA a context or a stream, on the
+// CPU an accounting scope): it owns allocations and loaded kernels and executes work
+// in submission order.
+//
+// Thread safety: Device methods may be called from any thread. A Context is used by
+// one session; its methods may be called from several threads but the caller orders
+// submissions it cares about (the engine serialises per session).
+#ifndef REPLAYD_DRIVERS_DRIVER_H_
+#define REPLAYD_DRIVERS_DRIVER_H_
+
+#include <array>
+#include <cstdint>
+#include <filesystem>
+#include <memory>
+#include <optional>
+#include <span>
+
+#include "absl/strings/string_view.h"
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+
+namespace replayd {
+
+enum class DeviceKind { kCpu, kCuda, kHip };
+
+absl::string_view DeviceKindName(DeviceKind kind);
+
+using Dim3 = std::array<uint64_t, 3>;
+
+struct LaunchLimits {
+  Dim3 max_global{1, 1, 1};
+  uint64_t max_global_total = 1;
+  Dim3 max_local{1, 1, 1};
+  uint64_t max_local_total = 1;
+  uint32_t max_args = 64;
+};
+
+struct DeviceInfo {
+  std::string id;  // "cpu:0"
+  DeviceKind kind = DeviceKind::kCpu;
+  std::string name;
+  uint64_t total_memory = 0;
+  LaunchLimits limits;
+  std::vector<std::string> formats;  // program formats this device accepts
+  std::string driver_version;
+  std::string target;  // compile target, part of every compile key ("x86_64-gcc-12.2")
+};
+
+// A kernel argument as the signature declares it.
+enum class ParamKind { kBuffer, kInt32, kInt64 };
+enum class Access { kNone, kIn, kOut, kInout };
+
+struct Param {
+  std::string name;
+  ParamKind kind = ParamKind::kBuffer;
+  Access access = Access::kNone;  // buffers only
+};
+
+struct Signature {
+  std::vector<Param> params;
+  bool core_id = false;  // cpu-c: pass the invocation index as a trailing int
+};
+
+// What a program is made from. Everything here enters the compile key.
+struct ProgramSource {
+  std::string format;  // "cpu-c", "cuda-ptx", ...
+  std::string code;
+  std::string entry;
+  Signature signature;
+  std::vector<std::string> options;
+};
+
+// One packed kernel argument: a device address (view offset applied) for a buffer,
+// the value for an integer. Packing into the vendor layout is the driver's business.
+union ArgValue {
+  uint64_t address;
+  int64_t integer;
+};
+
+// A device allocation. Opaque above the driver except for its address and size.
+struct Allocation {
+  uint64_t address = 0;
+  uint64_t bytes = 0;
+};
+
+// A loaded kernel, owned by the Context that loaded it.
+class Kernel {
+ public:
+  virtual ~Kernel() = default;
+  virtual const Signature& signature() const = 0;
+};
+
+class Context {
+ public:
+  virtual ~Context() = default;
+
+  // Allocates `bytes` (> 0) of zeroed device memory, counted against the device's
+  // memory. RESOURCE_EXHAUSTED when the device cannot hold it; nothing is allocated.
+  virtual absl::StatusOr<Allocation> Allocate(uint64_t bytes) = 0;
+  // Releases an allocation made by this context after pending work on it completes.
+  virtual void Free(const Allocation& allocation) = 0;
+
+  // Host <-> device copies of `bytes.size()` bytes at `offset`. The caller has checked
+  // the range. Write returns once the source may be reused; Read once the bytes are there.
+  virtual absl::Status Write(const Allocation& dst, uint64_t offset,
+                             std::span<const uint8_t> bytes) = 0;
+  virtual absl::Status Read(const Allocation& src, uint64_t offset,
+                            std::span<uint8_t> bytes) = 0;
+  // Device-to-device copy; ranges checked by the caller.
+  virtual absl::Status Copy(const Allocation& dst, uint64_t dst_offset,
+                            const Allocation& src, uint64_t src_offset,
+                            uint64_t bytes) = 0;
+
+  // Loads an artifact produced by Device::Compile for `source`. The returned kernel
+  // stays valid until it is destroyed; it must not outlive this context.
+  virtual absl::StatusOr<std::unique_ptr<Kernel>> Load(
+      const ProgramSource& source, const std::filesystem::path& artifact) = 0;
+
+  // Submits one launch. `args` follow kernel.signature() (checked by the caller);
+  // dimensions are within the device's limits. With `wait`, returns after completion
+  // with the device time; without, the time is unset and completion is observed by
+  // Synchronize. A kernel fault is returned here or by the next Synchronize.
+  virtual absl::StatusOr<std::optional<absl::Duration>> Launch(
+      const Kernel& kernel, std::span<const ArgValue> args, const Dim3& global,
+      const Dim3& local, bool wait) = 0;
+
+  // Waits for every submission of this context to complete.
+  virtual absl::Status Synchronize() = 0;
+};
+
+class Device {
+ public:
+  virtual ~Device() = default;
+
+  virtual const DeviceInfo& info() const = 0;
+  // Bytes currently allocated by all contexts of this device.
+  virtual uint64_t memory_in_use() const = 0;
+
+  // Compiles `source` into an artifact written at `output` (a fresh path the caller
+  // renames into the compile cache). INVALID_ARGUMENT carrying the compiler's
+  // diagnostics when the source does not compile; DEADLINE_EXCEEDED past the compile
+  // time limit.
+  virtual absl::Status Compile(const ProgramSource& source,
+                               const std::filesystem::path& output) = 0;
+
+  // A new context for one session.
+  virtual absl::StatusOr<std::unique_ptr<Context>> OpenContext() = 0;
+};
+
+class Driver {
+ public:
+  virtual ~Driver() = default;
+  // The devices this driver found; an empty list (with the reason logged) when the
+  // vendor library or hardware is missing.
+  virtual std::vector<std::unique_ptr<Device>> Discover() = 0;
+};
+
+}  // namespace replayd
+
+#endif  // REPLAYD_DRIVERS_DRIVER_H_

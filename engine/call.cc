@@ -1,0 +1,41 @@
+#include "engine/call.h"
+
+#include "absl/strings/str_cat.h"
+
+namespace replayd {
+
+absl::StatusOr<Dim3> CheckDims(const std::vector<uint64_t>& dims, const Dim3& max,
+                               uint64_t max_total, absl::string_view what) {
+  if (dims.size() > 3)
+    return absl::InvalidArgumentError(absl::StrCat(what, " has ", dims.size(), " dimensions; at most 3"));
+  Dim3 d{1, 1, 1};
+  uint64_t total = 1;
+  for (size_t i = 0; i < dims.size(); ++i) {
+    if (dims[i] == 0)
+      return absl::InvalidArgumentError(absl::StrCat(what, "[", i, "] is 0"));
+    if (dims[i] > max[i])
+      return absl::InvalidArgumentError(
+          absl::StrCat(what, "[", i, "] = ", dims[i], " exceeds the device limit ", max[i]));
+    d[i] = dims[i];
+    // Each factor is at most max[i], so check before multiplying to avoid overflow.
+    if (total > max_total / d[i])
+      return absl::InvalidArgumentError(absl::StrCat(
+          what, " total exceeds the device limit ", max_total));
+    total *= d[i];
+  }
+  return d;
+}
+
+absl::StatusOr<std::pair<uint64_t, uint64_t>> ResolveView(const ViewArg& view, uint64_t size) {
+  if (view.offset >= size)
+    return absl::InvalidArgumentError(absl::StrCat("view of buffer ", view.buffer, " at offset ",
+                                                   view.offset, " is outside its ", size, " bytes"));
+  uint64_t length = view.length ? view.length : size - view.offset;
+  if (length > size - view.offset)
+    return absl::InvalidArgumentError(absl::StrCat("view of buffer ", view.buffer, ": ", length,
+                                                   " bytes at offset ", view.offset,
+                                                   " exceed its size ", size));
+  return std::make_pair(view.offset, length);
+}
+
+}  // namespace replayd

@@ -1,0 +1,127 @@
+#include "engine/compile_cache.h"
+
+#include <openssl/evp.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <chrono>
+
+#include "absl/strings/escaping.h"
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+
+namespace replayd {
+namespace {
+
+constexpr absl::string_view kTempPrefix = ".tmp-";
+
+// Feeds one length-prefixed field, so that no two different field lists hash alike.
+void Feed(EVP_MD_CTX* ctx, absl::string_view field) {
+  uint64_t n = field.size();
+  EVP_DigestUpdate(ctx, &n, sizeof n);
+  EVP_DigestUpdate(ctx, field.data(), field.size());
+}
+
+std::string SignatureText(const Signature& s) {
+  std::string text = s.core_id ? "core_id;" : ";";
+  for (const auto& p : s.params)
+    absl::StrAppend(&text, static_cast<int>(p.kind), ":", static_cast<int>(p.access), ",");
+  return text;
+}
+
+}  // namespace
+
+std::string CompileKey(const ProgramSource& source, absl::string_view target) {
+  EVP_MD_CTX* ctx = EVP_MD_CTX_new();
+  EVP_DigestInit_ex(ctx, EVP_sha256(), nullptr);
+  Feed(ctx, "replayd-compile-v1");
+  Feed(ctx, source.format);
+  Feed(ctx, target);
+  Feed(ctx, source.code);
+  Feed(ctx, source.entry);
+  Feed(ctx, SignatureText(source.signature));
+  for (const auto& option : source.options) Feed(ctx, option);
+  unsigned char digest[EVP_MAX_MD_SIZE];
+  unsigned int len = 0;
+  EVP_DigestFinal_ex(ctx, digest, &len);
+  EVP_MD_CTX_free(ctx);
+  return absl::BytesToHexString(
+      absl::string_view(reinterpret_cast<const char*>(digest), len));
+}
+
+absl::StatusOr<std::unique_ptr<CompileCache>> CompileCache::Open(
+    const std::filesystem::path& dir) {
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  if (ec) return absl::InternalError(absl::StrCat("cannot create ", dir.string(), ": ", ec.message()));
+  struct stat st;
+  if (stat(dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode))
+    return absl::InternalError(absl::StrCat(dir.string(), " is not a directory"));
+  // Artifacts are loaded as native code: refuse a cache others can write to.
+  if (st.st_uid != geteuid() || (st.st_mode & (S_IWGRP | S_IWOTH)) != 0) {
+    if (st.st_uid != geteuid() || chmod(dir.c_str(), 0700) != 0)
+      return absl::FailedPreconditionError(absl::StrCat(
+          "compile cache ", dir.string(), " must be owned by this user and not writable by others"));
+  }
+  auto now = std::filesystem::file_time_type::clock::now();
+  for (const auto& entry : std::filesystem::directory_iterator(dir, ec)) {
+    if (!absl::StartsWith(entry.path().filename().string(), kTempPrefix)) continue;
+    std::error_code ignored;
+    auto written = entry.last_write_time(ignored);
+    if (!ignored && now - written > std::chrono::hours(1))
+      std::filesystem::remove(entry.path(), ignored);
+  }
+  return std::unique_ptr<CompileCache>(new CompileCache(dir));
+}
+
+std::shared_ptr<absl::Mutex> CompileCache::KeyLock(const std::string& key) {
+  absl::MutexLock lock(&mu_);
+  std::shared_ptr<absl::Mutex> m = key_locks_[key].lock();
+  if (!m) {
+    m = std::make_shared<absl::Mutex>();
+    key_locks_[key] = m;
+  }
+  // Drop entries whose compiles have all finished, so the map stays small.
+  if (key_locks_.size() > 64) absl::erase_if(key_locks_, [](const auto& kv) { return kv.second.expired(); });
+  return m;
+}
+
+absl::StatusOr<CompiledArtifact> CompileCache::GetOrCompile(Device& device,
+                                                            const ProgramSource& source) {
+  CompiledArtifact artifact;
+  artifact.key = CompileKey(source, device.info().target);
+  artifact.path = dir_ / (artifact.key + ".artifact");
+  std::shared_ptr<absl::Mutex> key_lock = KeyLock(artifact.key);
+  absl::MutexLock lock(key_lock.get());
+  std::error_code ec;
+  if (std::filesystem::is_regular_file(artifact.path, ec)) {
+    artifact.cache_hit = true;
+    return artifact;
+  }
+  std::filesystem::path temp;
+  {
+    absl::MutexLock l(&mu_);
+    temp = dir_ / absl::StrCat(kTempPrefix, artifact.key, "-", getpid(), "-", temp_counter_++);
+  }
+  auto start = std::chrono::steady_clock::now();
+  absl::Status compiled = device.Compile(source, temp);
+  artifact.compile_time = absl::FromChrono(std::chrono::steady_clock::now() - start);
+  if (!compiled.ok()) {
+    std::filesystem::remove(temp, ec);
+    return compiled;
+  }
+  std::filesystem::rename(temp, artifact.path, ec);
+  if (ec) {
+    std::filesystem::remove(temp, ec);
+    return absl::InternalError(
+        absl::StrCat("cannot store artifact ", artifact.path.string(), ": ", ec.message()));
+  }
+  return artifact;
+}
+
+void CompileCache::Invalidate(const std::string& key) {
+  std::error_code ec;
+  std::filesystem::remove(dir_ / (key + ".artifact"), ec);
+}
+
+}  // namespace replayd

@@ -1,0 +1,80 @@
+// The engine: the devices, the compile cache and the sessions of every tenant. The
+// server calls it for session lifetime and then calls the session's operations.
+//
+// Sessions whose lease passes without renewal are closed by a reaper thread the engine
+// owns, and everything they own is freed.
+//
+// Thread safety: thread-safe.
+#ifndef REPLAYD_ENGINE_ENGINE_H_
+#define REPLAYD_ENGINE_ENGINE_H_
+
+#include <filesystem>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/random/random.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "drivers/driver.h"
+#include "engine/compile_cache.h"
+#include "engine/session.h"
+
+namespace replayd {
+
+struct EngineOptions {
+  absl::Duration lease = absl::Seconds(60);
+  std::filesystem::path cache_dir;
+};
+
+struct DeviceStatus {
+  const DeviceInfo* info;
+  uint64_t free_memory;
+};
+
+class Engine {
+ public:
+  // An engine over `devices`. INTERNAL when the compile cache cannot be opened.
+  static absl::StatusOr<std::unique_ptr<Engine>> Create(
+      EngineOptions options, std::vector<std::unique_ptr<Device>> devices);
+  // Closes every session and stops the reaper.
+  ~Engine();
+
+  std::vector<DeviceStatus> ListDevices() const;
+
+  // A new session of `tenant` on the device with id `device` ("cpu:0"); NOT_FOUND for
+  // a device this daemon does not own.
+  absl::StatusOr<std::shared_ptr<Session>> OpenSession(absl::string_view tenant,
+                                                       absl::string_view device);
+  // The open session `id` of `tenant`, with its lease renewed. NOT_FOUND for an unknown,
+  // closed, expired or other tenant's session: existence is not disclosed.
+  absl::StatusOr<std::shared_ptr<Session>> FindSession(absl::string_view tenant, SessionId id);
+  absl::Status CloseSession(absl::string_view tenant, SessionId id);
+
+  // Closes the sessions whose lease has passed at `now`; returns how many.
+  int ReapExpired(absl::Time now);
+  size_t session_count() const;
+  absl::Duration lease() const { return options_.lease; }
+
+ private:
+  Engine(EngineOptions options, std::vector<std::unique_ptr<Device>> devices,
+         std::unique_ptr<CompileCache> cache);
+  void ReaperMain();
+
+  const EngineOptions options_;
+  const std::vector<std::unique_ptr<Device>> devices_;
+  const std::unique_ptr<CompileCache> compile_cache_;
+
+  mutable absl::Mutex mu_;
+  absl::flat_hash_map<SessionId, std::shared_ptr<Session>> sessions_ ABSL_GUARDED_BY(mu_);
+  absl::BitGen random_ ABSL_GUARDED_BY(mu_);
+  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  std::thread reaper_;
+};
+
+}  // namespace replayd
+
+#endif  // REPLAYD_ENGINE_ENGINE_H_

@@ -1,0 +1,53 @@
+#include "server/daemon.h"
+
+#include "absl/strings/str_cat.h"
+#include "spdlog/spdlog.h"
+
+namespace replayd {
+
+absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(DaemonOptions options) {
+  std::vector<std::unique_ptr<Device>> devices;
+  for (const std::string& kind : options.devices) {
+    if (kind != "cpu")
+      return absl::InvalidArgumentError(
+          absl::StrCat("device kind \"", kind, "\" is not supported by this build (known: cpu)"));
+    CpuDriver driver(options.cpu);
+    for (auto& d : driver.Discover()) {
+      spdlog::info("device {}: {} ({} bytes, {})", d->info().id, d->info().name,
+                   d->info().total_memory, d->info().driver_version);
+      devices.push_back(std::move(d));
+    }
+  }
+  std::unique_ptr<Daemon> daemon(new Daemon());
+  absl::StatusOr<std::unique_ptr<Engine>> engine =
+      Engine::Create(options.engine, std::move(devices));
+  if (!engine.ok()) return engine.status();
+  daemon->engine_ = std::move(*engine);
+  daemon->service_ = std::make_unique<ReplaydService>(daemon->engine_.get());
+
+  grpc::ServerBuilder builder;
+  int port = 0;
+  builder.AddListeningPort(options.listen, grpc::InsecureServerCredentials(), &port);
+  builder.RegisterService(daemon->service_.get());
+  // Program code may be up to 16 MiB; transfers use chunks of at most 1 MiB.
+  builder.SetMaxReceiveMessageSize(20 << 20);
+  builder.SetMaxSendMessageSize(20 << 20);
+  daemon->server_ = builder.BuildAndStart();
+  if (!daemon->server_ || port == 0)
+    return absl::UnavailableError(absl::StrCat("cannot listen on ", options.listen));
+  std::string host = options.listen.substr(0, options.listen.rfind(':'));
+  daemon->address_ = absl::StrCat(host, ":", port);
+  spdlog::info("listening on {}", daemon->address_);
+  return daemon;
+}
+
+void Daemon::Shutdown(absl::Duration grace) {
+  if (server_) server_->Shutdown(absl::ToChronoTime(absl::Now() + grace));
+}
+
+Daemon::~Daemon() {
+  Shutdown(absl::ZeroDuration());
+  if (server_) server_->Wait();
+}
+
+}  // namespace replayd

@@ -1,0 +1,52 @@
+// The daemon as an object: the drivers named in its options, the engine over their
+// devices, and a gRPC server listening on one address. main() builds one from flags;
+// tests build one on an ephemeral loopback port.
+#ifndef REPLAYD_SERVER_DAEMON_H_
+#define REPLAYD_SERVER_DAEMON_H_
+
+#include <grpcpp/grpcpp.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "drivers/cpu/cpu_driver.h"
+#include "engine/engine.h"
+#include "server/service.h"
+
+namespace replayd {
+
+struct DaemonOptions {
+  std::string listen = "127.0.0.1:7070";  // host:port; port 0 picks a free one
+  std::vector<std::string> devices = {"cpu"};  // driver kinds to start
+  EngineOptions engine;
+  CpuDriverOptions cpu;
+};
+
+class Daemon {
+ public:
+  // Starts serving. INVALID_ARGUMENT for an unknown device kind; UNAVAILABLE when the
+  // address cannot be bound.
+  static absl::StatusOr<std::unique_ptr<Daemon>> Start(DaemonOptions options);
+  ~Daemon();
+
+  // The address clients dial, with the port actually bound ("127.0.0.1:40123").
+  const std::string& address() const { return address_; }
+  Engine& engine() { return *engine_; }
+
+  // Stops accepting calls, gives calls in flight `grace` to finish, then cancels them.
+  void Shutdown(absl::Duration grace);
+
+ private:
+  Daemon() = default;
+
+  std::unique_ptr<Engine> engine_;
+  std::unique_ptr<ReplaydService> service_;
+  std::unique_ptr<grpc::Server> server_;
+  std::string address_;
+};
+
+}  // namespace replayd
+
+#endif  // REPLAYD_SERVER_DAEMON_H_

@@ -1,0 +1,78 @@
+// replayd: serves the devices of this machine to remote clients over gRPC.
+#include <signal.h>
+
+#include <cstdlib>
+#include <filesystem>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/flags/usage.h"
+#include "absl/strings/str_split.h"
+#include "server/daemon.h"
+#include "spdlog/spdlog.h"
+
+ABSL_FLAG(std::string, listen, "127.0.0.1:7070", "address to serve on, host:port");
+ABSL_FLAG(std::string, devices, "cpu", "comma-separated device kinds to serve");
+ABSL_FLAG(std::string, cache_dir, "",
+          "compile cache directory (default $XDG_CACHE_HOME/replayd or ~/.cache/replayd)");
+ABSL_FLAG(int, lease_seconds, 60, "a session not renewed within this many seconds is closed");
+ABSL_FLAG(uint64_t, cpu_memory_limit, 0, "bytes of memory cpu:0 may allocate (0: half of RAM)");
+ABSL_FLAG(std::string, cpu_cc, "cc", "C compiler for cpu-c programs");
+ABSL_FLAG(int, cpu_compile_timeout_seconds, 30, "time limit of one cpu-c compile");
+ABSL_FLAG(int, cpu_threads, 0, "parallel invocations on cpu:0 (0: one per core)");
+ABSL_FLAG(std::string, log_level, "info", "trace, debug, info, warn, error");
+ABSL_FLAG(int, shutdown_grace_seconds, 5, "time calls in flight get to finish at shutdown");
+
+namespace {
+
+std::filesystem::path DefaultCacheDir() {
+  if (const char* xdg = std::getenv("XDG_CACHE_HOME"); xdg && *xdg)
+    return std::filesystem::path(xdg) / "replayd";
+  if (const char* home = std::getenv("HOME"); home && *home)
+    return std::filesystem::path(home) / ".cache" / "replayd";
+  return "/var/cache/replayd";
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  absl::SetProgramUsageMessage("replayd [flags]: serve compute devices over gRPC");
+  absl::ParseCommandLine(argc, argv);
+  spdlog::set_level(spdlog::level::from_str(absl::GetFlag(FLAGS_log_level)));
+
+  // Block the shutdown signals in every thread; this one takes them with sigwait.
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGINT);
+  sigaddset(&signals, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+
+  if (absl::GetFlag(FLAGS_lease_seconds) <= 0) {
+    spdlog::error("--lease_seconds must be positive");
+    return 2;
+  }
+  replayd::DaemonOptions options;
+  options.listen = absl::GetFlag(FLAGS_listen);
+  options.devices = absl::StrSplit(absl::GetFlag(FLAGS_devices), ',', absl::SkipEmpty());
+  std::string cache_dir = absl::GetFlag(FLAGS_cache_dir);
+  options.engine.cache_dir = cache_dir.empty() ? DefaultCacheDir() : std::filesystem::path(cache_dir);
+  options.engine.lease = absl::Seconds(absl::GetFlag(FLAGS_lease_seconds));
+  options.cpu.memory_limit = absl::GetFlag(FLAGS_cpu_memory_limit);
+  options.cpu.compiler.compiler = absl::GetFlag(FLAGS_cpu_cc);
+  options.cpu.compiler.time_limit = absl::Seconds(absl::GetFlag(FLAGS_cpu_compile_timeout_seconds));
+  options.cpu.threads = absl::GetFlag(FLAGS_cpu_threads);
+
+  auto daemon = replayd::Daemon::Start(options);
+  if (!daemon.ok()) {
+    spdlog::error("{}", daemon.status().ToString());
+    return 1;
+  }
+  spdlog::info("compile cache {}", options.engine.cache_dir.string());
+  int received = 0;
+  sigwait(&signals, &received);
+  spdlog::info("signal {}: shutting down", received);
+  (*daemon)->Shutdown(absl::Seconds(absl::GetFlag(FLAGS_shutdown_grace_seconds)));
+  daemon->reset();
+  spdlog::info("stopped");
+  return 0;
+}

@@ -1,0 +1,169 @@
+#include "server/service.h"
+
+#include "absl/strings/str_cat.h"
+#include "server/status.h"
+#include "server/translate.h"
+
+namespace replayd {
+
+absl::string_view ReplaydService::Tenant(const grpc::ServerContext*) { return "default"; }
+
+absl::StatusOr<std::shared_ptr<Session>> ReplaydService::FindSession(
+    const grpc::ServerContext* context, SessionId id) {
+  return engine_->FindSession(Tenant(context), id);
+}
+
+grpc::Status ReplaydService::ListDevices(grpc::ServerContext*, const v1::ListDevicesRequest*,
+                                         v1::ListDevicesReply* reply) {
+  for (const DeviceStatus& d : engine_->ListDevices()) ToProto(d, reply->add_devices());
+  return grpc::Status::OK;
+}
+
+grpc::Status ReplaydService::OpenSession(grpc::ServerContext* context,
+                                         const v1::OpenSessionRequest* request,
+                                         v1::OpenSessionReply* reply) {
+  auto session = engine_->OpenSession(Tenant(context), request->device());
+  if (!session.ok()) return ToGrpc(session.status());
+  reply->set_session((*session)->id());
+  reply->set_tenant((*session)->tenant());
+  reply->set_lease_seconds(static_cast<uint32_t>(absl::ToInt64Seconds((*session)->lease())));
+  return grpc::Status::OK;
+}
+
+grpc::Status ReplaydService::KeepAlive(grpc::ServerContext* context,
+                                       const v1::KeepAliveRequest* request,
+                                       v1::KeepAliveReply* reply) {
+  auto session = FindSession(context, request->session());
+  if (!session.ok()) return ToGrpc(session.status());
+  reply->set_lease_seconds(static_cast<uint32_t>(absl::ToInt64Seconds((*session)->lease())));
+  return grpc::Status::OK;
+}
+
+grpc::Status ReplaydService::CloseSession(grpc::ServerContext* context,
+                                          const v1::CloseSessionRequest* request,
+                                          v1::CloseSessionReply*) {
+  return ToGrpc(engine_->CloseSession(Tenant(context), request->session()));
+}
+
+grpc::Status ReplaydService::AllocBuffer(grpc::ServerContext* context,
+                                         const v1::AllocBufferRequest* request,
+                                         v1::AllocBufferReply* reply) {
+  auto session = FindSession(context, request->session());
+  if (!session.ok()) return ToGrpc(session.status());
+  absl::StatusOr<Handle> buffer = (*session)->AllocBuffer(request->bytes());
+  if (!buffer.ok()) return ToGrpc(buffer.status());
+  reply->set_buffer(*buffer);
+  return grpc::Status::OK;
+}
+
+grpc::Status ReplaydService::FreeBuffer(grpc::ServerContext* context,
+                                        const v1::FreeBufferRequest* request,
+                                        v1::FreeBufferReply*) {
+  auto session = FindSession(context, request->session());
+  if (!session.ok()) return ToGrpc(session.status());
+  return ToGrpc((*session)->FreeBuffer(request->buffer()));
+}
+
+grpc::Status ReplaydService::WriteBuffer(grpc::ServerContext* context,
+                                         grpc::ServerReader<v1::WriteChunk>* reader,
+                                         v1::WriteBufferReply* reply) {
+  v1::WriteChunk chunk;
+  if (!reader->Read(&chunk))
+    return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "WriteBuffer stream has no chunk");
+  const SessionId session_id = chunk.session();
+  const Handle buffer = chunk.buffer();
+  auto session = FindSession(context, session_id);
+  if (!session.ok()) return ToGrpc(session.status());
+  uint64_t written = 0;
+  do {
+    if ((chunk.session() != 0 && chunk.session() != session_id) ||
+        (chunk.buffer() != 0 && chunk.buffer() != buffer)) {
+      return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                          "WriteBuffer chunks must all name the same session and buffer");
+    }
+    if (chunk.data().size() > kMaxChunkBytes) {
+      return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                          absl::StrCat("chunk of ", chunk.data().size(),
+                                       " bytes exceeds the limit of ", kMaxChunkBytes));
+    }
+    const auto* data = reinterpret_cast<const uint8_t*>(chunk.data().data());
+    absl::Status s = (*session)->WriteBuffer(buffer, chunk.offset(), {data, chunk.data().size()});
+    if (!s.ok()) return ToGrpc(s);
+    written += chunk.data().size();
+    (*session)->Renew(absl::Now());
+  } while (reader->Read(&chunk));
+  if (context->IsCancelled()) return grpc::Status::CANCELLED;
+  reply->set_bytes_written(written);
+  return grpc::Status::OK;
+}
+
+grpc::Status ReplaydService::ReadBuffer(grpc::ServerContext* context,
+                                        const v1::ReadBufferRequest* request,
+                                        grpc::ServerWriter<v1::ReadChunk>* writer) {
+  auto session = FindSession(context, request->session());
+  if (!session.ok()) return ToGrpc(session.status());
+  auto range = (*session)->ResolveRange(request->buffer(), request->offset(), request->length());
+  if (!range.ok()) return ToGrpc(range.status());
+  auto [offset, length] = *range;
+  v1::ReadChunk chunk;
+  for (uint64_t done = 0; done < length;) {
+    if (context->IsCancelled()) return grpc::Status::CANCELLED;
+    uint64_t n = std::min<uint64_t>(kMaxChunkBytes, length - done);
+    chunk.set_offset(offset + done);
+    std::string* data = chunk.mutable_data();
+    data->resize(n);
+    absl::Status s = (*session)->ReadBuffer(request->buffer(), offset + done,
+                                            {reinterpret_cast<uint8_t*>(data->data()), n});
+    if (!s.ok()) return ToGrpc(s);
+    if (!writer->Write(chunk)) return grpc::Status::CANCELLED;
+    done += n;
+    (*session)->Renew(absl::Now());
+  }
+  return grpc::Status::OK;
+}
+
+grpc::Status ReplaydService::LoadProgram(grpc::ServerContext* context,
+                                         const v1::LoadProgramRequest* request,
+                                         v1::LoadProgramReply* reply) {
+  auto session = FindSession(context, request->session());
+  if (!session.ok()) return ToGrpc(session.status());
+  absl::StatusOr<ProgramSource> source = FromProto(*request);
+  if (!source.ok()) return ToGrpc(source.status());
+  absl::StatusOr<ProgramInfo> info = (*session)->LoadProgram(*source);
+  if (!info.ok()) return ToGrpc(info.status());
+  reply->set_program(info->handle);
+  reply->set_key(info->key);
+  reply->set_cache_hit(info->cache_hit);
+  reply->set_compile_seconds(absl::ToDoubleSeconds(info->compile_time));
+  return grpc::Status::OK;
+}
+
+grpc::Status ReplaydService::FreeProgram(grpc::ServerContext* context,
+                                         const v1::FreeProgramRequest* request,
+                                         v1::FreeProgramReply*) {
+  auto session = FindSession(context, request->session());
+  if (!session.ok()) return ToGrpc(session.status());
+  return ToGrpc((*session)->FreeProgram(request->program()));
+}
+
+grpc::Status ReplaydService::Launch(grpc::ServerContext* context,
+                                    const v1::LaunchRequest* request, v1::LaunchReply* reply) {
+  auto session = FindSession(context, request->session());
+  if (!session.ok()) return ToGrpc(session.status());
+  absl::StatusOr<LaunchOp> op = FromProto(*request);
+  if (!op.ok()) return ToGrpc(op.status());
+  absl::StatusOr<LaunchResult> result = (*session)->Launch(*op);
+  if (!result.ok()) return ToGrpc(result.status());
+  if (result->device_time) reply->set_device_seconds(absl::ToDoubleSeconds(*result->device_time));
+  return grpc::Status::OK;
+}
+
+grpc::Status ReplaydService::Synchronize(grpc::ServerContext* context,
+                                         const v1::SynchronizeRequest* request,
+                                         v1::SynchronizeReply*) {
+  auto session = FindSession(context, request->session());
+  if (!session.ok()) return ToGrpc(session.status());
+  return ToGrpc((*session)->Synchronize());
+}
+
+}  // namespace replayd

@@ -1,0 +1,58 @@
+// The Replayd gRPC service: authenticate the caller, decode the request, call the
+// engine, encode the reply. Each handler is a thin adapter over one engine operation.
+#ifndef REPLAYD_SERVER_SERVICE_H_
+#define REPLAYD_SERVER_SERVICE_H_
+
+#include <memory>
+#include <string>
+
+#include "engine/engine.h"
+#include "replayd/v1/replayd.grpc.pb.h"
+
+namespace replayd {
+
+// Largest chunk of a WriteBuffer or ReadBuffer stream.
+inline constexpr size_t kMaxChunkBytes = 1 << 20;
+
+class ReplaydService final : public v1::Replayd::Service {
+ public:
+  // `engine` must outlive the service.
+  explicit ReplaydService(Engine* engine) : engine_(engine) {}
+
+  grpc::Status ListDevices(grpc::ServerContext*, const v1::ListDevicesRequest*,
+                           v1::ListDevicesReply*) override;
+  grpc::Status OpenSession(grpc::ServerContext*, const v1::OpenSessionRequest*,
+                           v1::OpenSessionReply*) override;
+  grpc::Status KeepAlive(grpc::ServerContext*, const v1::KeepAliveRequest*,
+                         v1::KeepAliveReply*) override;
+  grpc::Status CloseSession(grpc::ServerContext*, const v1::CloseSessionRequest*,
+                            v1::CloseSessionReply*) override;
+  grpc::Status AllocBuffer(grpc::ServerContext*, const v1::AllocBufferRequest*,
+                           v1::AllocBufferReply*) override;
+  grpc::Status FreeBuffer(grpc::ServerContext*, const v1::FreeBufferRequest*,
+                          v1::FreeBufferReply*) override;
+  grpc::Status WriteBuffer(grpc::ServerContext*, grpc::ServerReader<v1::WriteChunk>*,
+                           v1::WriteBufferReply*) override;
+  grpc::Status ReadBuffer(grpc::ServerContext*, const v1::ReadBufferRequest*,
+                          grpc::ServerWriter<v1::ReadChunk>*) override;
+  grpc::Status LoadProgram(grpc::ServerContext*, const v1::LoadProgramRequest*,
+                           v1::LoadProgramReply*) override;
+  grpc::Status FreeProgram(grpc::ServerContext*, const v1::FreeProgramRequest*,
+                           v1::FreeProgramReply*) override;
+  grpc::Status Launch(grpc::ServerContext*, const v1::LaunchRequest*,
+                      v1::LaunchReply*) override;
+  grpc::Status Synchronize(grpc::ServerContext*, const v1::SynchronizeRequest*,
+                           v1::SynchronizeReply*) override;
+
+ private:
+  // The caller's tenant. Until authentication exists every caller is "default".
+  static absl::string_view Tenant(const grpc::ServerContext* context);
+  absl::StatusOr<std::shared_ptr<Session>> FindSession(const grpc::ServerContext* context,
+                                                       SessionId id);
+
+  Engine* const engine_;
+};
+
+}  // namespace replayd
+
+#endif  // REPLAYD_SERVER_SERVICE_H_

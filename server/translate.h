@@ -1,0 +1,20 @@
+// Proto <-> engine translation. Every enum and oneof off the wire is checked here: an
+// unknown enum value or a missing oneof is INVALID_ARGUMENT, never a default.
+#ifndef REPLAYD_SERVER_TRANSLATE_H_
+#define REPLAYD_SERVER_TRANSLATE_H_
+
+#include "absl/status/statusor.h"
+#include "drivers/driver.h"
+#include "engine/call.h"
+#include "engine/engine.h"
+#include "replayd/v1/replayd.pb.h"
+
+namespace replayd {
+
+absl::StatusOr<ProgramSource> FromProto(const v1::LoadProgramRequest& request);
+absl::StatusOr<LaunchOp> FromProto(const v1::LaunchRequest& request);
+void ToProto(const DeviceStatus& device, v1::Device* out);
+
+}  // namespace replayd
+
+#endif  // REPLAYD_SERVER_TRANSLATE_H_
