@@ -1,0 +1,250 @@
+#include "client/client.h"
+
+#include <grpcpp/grpcpp.h>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+
+namespace replayd {
+
+constexpr size_t kChunkBytes = 1 << 20;
+
+absl::Status FromGrpc(const grpc::Status& status) {
+  if (status.ok()) return absl::OkStatus();
+  return absl::Status(static_cast<absl::StatusCode>(status.error_code()), status.error_message());
+}
+
+Buffer& Buffer::operator=(Buffer&& other) noexcept {
+  if (this != &other) {
+    Release();
+    core_ = std::move(other.core_);
+    handle_ = std::exchange(other.handle_, 0);
+    bytes_ = std::exchange(other.bytes_, 0);
+  }
+  return *this;
+}
+
+Buffer::~Buffer() { Release(); }
+
+void Buffer::Release() {
+  if (!core_ || handle_ == 0 || core_->closed) return;
+  grpc::ClientContext context;
+  v1::FreeBufferRequest request;
+  request.set_session(core_->id);
+  request.set_buffer(handle_);
+  v1::FreeBufferReply reply;
+  core_->stub->FreeBuffer(&context, request, &reply);
+  handle_ = 0;
+}
+
+Program& Program::operator=(Program&& other) noexcept {
+  if (this != &other) {
+    Release();
+    core_ = std::move(other.core_);
+    handle_ = std::exchange(other.handle_, 0);
+    info_ = std::move(other.info_);
+  }
+  return *this;
+}
+
+Program::~Program() { Release(); }
+
+void Program::Release() {
+  if (!core_ || handle_ == 0 || core_->closed) return;
+  grpc::ClientContext context;
+  v1::FreeProgramRequest request;
+  request.set_session(core_->id);
+  request.set_program(handle_);
+  v1::FreeProgramReply reply;
+  core_->stub->FreeProgram(&context, request, &reply);
+  handle_ = 0;
+}
+
+Session& Session::operator=(Session&& other) noexcept {
+  if (this != &other) {
+    Close().IgnoreError();
+    core_ = std::move(other.core_);
+    lease_seconds_ = other.lease_seconds_;
+  }
+  return *this;
+}
+
+Session::~Session() { Close().IgnoreError(); }
+
+absl::Status Session::Close() {
+  if (!core_ || core_->closed.exchange(true)) return absl::OkStatus();
+  grpc::ClientContext context;
+  v1::CloseSessionRequest request;
+  request.set_session(core_->id);
+  v1::CloseSessionReply reply;
+  return FromGrpc(core_->stub->CloseSession(&context, request, &reply));
+}
+
+absl::StatusOr<Buffer> Session::Alloc(uint64_t bytes) {
+  grpc::ClientContext context;
+  v1::AllocBufferRequest request;
+  request.set_session(core_->id);
+  request.set_bytes(bytes);
+  v1::AllocBufferReply reply;
+  absl::Status s = FromGrpc(core_->stub->AllocBuffer(&context, request, &reply));
+  if (!s.ok()) return s;
+  return Buffer(core_, reply.buffer(), bytes);
+}
+
+absl::Status Session::Write(const Buffer& buffer, uint64_t offset,
+                            std::span<const uint8_t> bytes) {
+  grpc::ClientContext context;
+  v1::WriteBufferReply reply;
+  auto writer = core_->stub->WriteBuffer(&context, &reply);
+  v1::WriteChunk chunk;
+  chunk.set_session(core_->id);
+  chunk.set_buffer(buffer.handle());
+  size_t done = 0;
+  do {
+    size_t n = std::min(kChunkBytes, bytes.size() - done);
+    chunk.set_offset(offset + done);
+    chunk.set_data(bytes.data() + done, n);
+    if (!writer->Write(chunk)) break;
+    done += n;
+  } while (done < bytes.size());
+  writer->WritesDone();
+  return FromGrpc(writer->Finish());
+}
+
+absl::Status Session::Read(const Buffer& buffer, uint64_t offset, std::span<uint8_t> out) {
+  if (out.empty()) return absl::OkStatus();
+  grpc::ClientContext context;
+  v1::ReadBufferRequest request;
+  request.set_session(core_->id);
+  request.set_buffer(buffer.handle());
+  request.set_offset(offset);
+  request.set_length(out.size());
+  auto reader = core_->stub->ReadBuffer(&context, request);
+  v1::ReadChunk chunk;
+  uint64_t got = 0;
+  while (reader->Read(&chunk)) {
+    uint64_t at = chunk.offset() - offset;
+    if (chunk.offset() < offset || at > out.size() || chunk.data().size() > out.size() - at) {
+      context.TryCancel();
+      reader->Finish();
+      return absl::InternalError("ReadBuffer chunk outside the requested range");
+    }
+    std::memcpy(out.data() + at, chunk.data().data(), chunk.data().size());
+    got += chunk.data().size();
+  }
+  absl::Status s = FromGrpc(reader->Finish());
+  if (s.ok() && got != out.size())
+    return absl::InternalError(absl::StrCat("ReadBuffer returned ", got, " of ", out.size(), " bytes"));
+  return s;
+}
+
+absl::StatusOr<Program> Session::Load(const ProgramSpec& spec) {
+  grpc::ClientContext context;
+  v1::LoadProgramRequest request;
+  request.set_session(core_->id);
+  request.set_format(spec.format);
+  request.set_code(spec.code);
+  request.set_entry(spec.entry);
+  *request.mutable_signature() = spec.signature;
+  for (const auto& o : spec.options) request.add_options(o);
+  v1::LoadProgramReply reply;
+  absl::Status s = FromGrpc(core_->stub->LoadProgram(&context, request, &reply));
+  if (!s.ok()) return s;
+  return Program(core_, std::move(reply));
+}
+
+absl::StatusOr<v1::LaunchReply> Session::Launch(const Program& program,
+                                                const std::vector<KernelArg>& args,
+                                                std::array<uint64_t, 3> global,
+                                                std::array<uint64_t, 3> local, bool wait) {
+  grpc::ClientContext context;
+  v1::LaunchRequest request;
+  request.set_session(core_->id);
+  request.set_program(program.handle());
+  for (const KernelArg& arg : args) {
+    v1::Arg* a = request.add_args();
+    if (const View* v = std::get_if<View>(&arg)) {
+      a->mutable_view()->set_buffer(v->buffer ? v->buffer->handle() : 0);
+      a->mutable_view()->set_offset(v->offset);
+      a->mutable_view()->set_length(v->length);
+    } else {
+      a->set_int_value(std::get<int64_t>(arg));
+    }
+  }
+  for (uint64_t g : global) request.add_global(g);
+  for (uint64_t l : local) request.add_local(l);
+  request.set_wait(wait);
+  v1::LaunchReply reply;
+  absl::Status s = FromGrpc(core_->stub->Launch(&context, request, &reply));
+  if (!s.ok()) return s;
+  return reply;
+}
+
+absl::Status Session::Synchronize() {
+  grpc::ClientContext context;
+  v1::SynchronizeRequest request;
+  request.set_session(core_->id);
+  v1::SynchronizeReply reply;
+  return FromGrpc(core_->stub->Synchronize(&context, request, &reply));
+}
+
+absl::Status Session::KeepAlive() {
+  grpc::ClientContext context;
+  v1::KeepAliveRequest request;
+  request.set_session(core_->id);
+  v1::KeepAliveReply reply;
+  return FromGrpc(core_->stub->KeepAlive(&context, request, &reply));
+}
+
+Client Client::Connect(const std::string& target) {
+  grpc::ChannelArguments args;
+  args.SetMaxReceiveMessageSize(20 << 20);
+  args.SetMaxSendMessageSize(20 << 20);
+  auto channel = grpc::CreateCustomChannel(target, grpc::InsecureChannelCredentials(), args);
+  return Client(std::shared_ptr<v1::Replayd::Stub>(v1::Replayd::NewStub(channel)));
+}
+
+absl::StatusOr<std::vector<v1::Device>> Client::ListDevices() {
+  grpc::ClientContext context;
+  v1::ListDevicesReply reply;
+  absl::Status s = FromGrpc(stub_->ListDevices(&context, v1::ListDevicesRequest(), &reply));
+  if (!s.ok()) return s;
+  return std::vector<v1::Device>(reply.devices().begin(), reply.devices().end());
+}
+
+absl::StatusOr<Session> Client::OpenSession(const std::string& device) {
+  grpc::ClientContext context;
+  v1::OpenSessionRequest request;
+  request.set_device(device);
+  v1::OpenSessionReply reply;
+  absl::Status s = FromGrpc(stub_->OpenSession(&context, request, &reply));
+  if (!s.ok()) return s;
+  auto core = std::make_shared<client_internal::SessionCore>();
+  core->stub = stub_;
+  core->id = reply.session();
+  return Session(std::move(core), reply.lease_seconds());
+}
+
+absl::StatusOr<v1::Signature> ParseSignature(const std::string& text, bool core_id) {
+  v1::Signature signature;
+  signature.set_core_id(core_id);
+  for (absl::string_view word : absl::StrSplit(text, ',', absl::SkipEmpty())) {
+    v1::Param* p = signature.add_params();
+    if (word == "in") {
+      p->set_kind(v1::Param::BUFFER), p->set_access(v1::Param::IN);
+    } else if (word == "out") {
+      p->set_kind(v1::Param::BUFFER), p->set_access(v1::Param::OUT);
+    } else if (word == "inout") {
+      p->set_kind(v1::Param::BUFFER), p->set_access(v1::Param::INOUT);
+    } else if (word == "int32") {
+      p->set_kind(v1::Param::INT32);
+    } else if (word == "int64") {
+      p->set_kind(v1::Param::INT64);
+    } else {
+      return absl::InvalidArgumentError(absl::StrCat("unknown signature word \"", word, "\""));
+    }
+  }
+  return signature;
+}
+
+}  // namespace replayd

@@ -1,0 +1,160 @@
+// replayd::Client: a C++ client of the replayd API with RAII handles. A Session closes
+// itself when destroyed; a Buffer or Program frees itself when destroyed, unless its
+// session has closed first (which frees everything it owned).
+//
+// Thread safety: a Client may be shared between threads. A Session and its handles may
+// be used from several threads; the daemon orders their operations as they arrive.
+#ifndef REPLAYD_CLIENT_CLIENT_H_
+#define REPLAYD_CLIENT_CLIENT_H_
+
+#include <array>
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <variant>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "replayd/v1/replayd.grpc.pb.h"
+
+namespace replayd {
+
+absl::Status FromGrpc(const grpc::Status& status);
+
+namespace client_internal {
+struct SessionCore {
+  std::shared_ptr<v1::Replayd::Stub> stub;
+  uint64_t id = 0;
+  std::atomic<bool> closed{false};
+};
+}  // namespace client_internal
+
+// A buffer handle; frees the device memory when destroyed.
+class Buffer {
+ public:
+  Buffer() = default;
+  Buffer(Buffer&&) noexcept = default;
+  Buffer& operator=(Buffer&& other) noexcept;
+  ~Buffer();
+  uint64_t handle() const { return handle_; }
+  uint64_t bytes() const { return bytes_; }
+
+ private:
+  friend class Session;
+  Buffer(std::shared_ptr<client_internal::SessionCore> core, uint64_t handle, uint64_t bytes)
+      : core_(std::move(core)), handle_(handle), bytes_(bytes) {}
+  void Release();
+  std::shared_ptr<client_internal::SessionCore> core_;
+  uint64_t handle_ = 0;
+  uint64_t bytes_ = 0;
+};
+
+// A loaded program handle; unloads when destroyed.
+class Program {
+ public:
+  Program() = default;
+  Program(Program&&) noexcept = default;
+  Program& operator=(Program&& other) noexcept;
+  ~Program();
+  uint64_t handle() const { return handle_; }
+  const v1::LoadProgramReply& info() const { return info_; }
+
+ private:
+  friend class Session;
+  Program(std::shared_ptr<client_internal::SessionCore> core, v1::LoadProgramReply info)
+      : core_(std::move(core)), handle_(info.program()), info_(std::move(info)) {}
+  void Release();
+  std::shared_ptr<client_internal::SessionCore> core_;
+  uint64_t handle_ = 0;
+  v1::LoadProgramReply info_;
+};
+
+// (buffer, byte offset, byte length); length 0 means to the end of the buffer.
+struct View {
+  const Buffer* buffer = nullptr;
+  uint64_t offset = 0;
+  uint64_t length = 0;
+};
+
+// A kernel argument: a view for a buffer parameter, an integer for an int32 or int64.
+using KernelArg = std::variant<View, int64_t>;
+
+struct ProgramSpec {
+  std::string format = "cpu-c";
+  std::string code;
+  std::string entry;
+  v1::Signature signature;
+  std::vector<std::string> options;
+};
+
+class Session {
+ public:
+  Session(Session&&) noexcept = default;
+  Session& operator=(Session&&) noexcept;
+  ~Session();  // closes the session
+
+  uint64_t id() const { return core_->id; }
+  uint32_t lease_seconds() const { return lease_seconds_; }
+
+  absl::StatusOr<Buffer> Alloc(uint64_t bytes);
+  // Writes `bytes` at `offset` in chunks of at most 1 MiB on one stream.
+  absl::Status Write(const Buffer& buffer, uint64_t offset, std::span<const uint8_t> bytes);
+  // Reads `out.size()` bytes at `offset` into `out`.
+  absl::Status Read(const Buffer& buffer, uint64_t offset, std::span<uint8_t> out);
+
+  absl::StatusOr<Program> Load(const ProgramSpec& spec);
+  // One launch. With wait, the reply carries the device time.
+  absl::StatusOr<v1::LaunchReply> Launch(const Program& program,
+                                         const std::vector<KernelArg>& args,
+                                         std::array<uint64_t, 3> global,
+                                         std::array<uint64_t, 3> local = {1, 1, 1},
+                                         bool wait = false);
+  absl::Status Synchronize();
+  absl::Status KeepAlive();
+  // Closes now; everything the session owned is freed. Later calls are NOT_FOUND.
+  absl::Status Close();
+
+  // Typed conveniences.
+  template <typename T>
+  absl::Status WriteVector(const Buffer& buffer, const std::vector<T>& values) {
+    return Write(buffer, 0, {reinterpret_cast<const uint8_t*>(values.data()), values.size() * sizeof(T)});
+  }
+  template <typename T>
+  absl::StatusOr<std::vector<T>> ReadVector(const Buffer& buffer, size_t count) {
+    std::vector<T> out(count);
+    absl::Status s = Read(buffer, 0, {reinterpret_cast<uint8_t*>(out.data()), count * sizeof(T)});
+    if (!s.ok()) return s;
+    return out;
+  }
+
+ private:
+  friend class Client;
+  Session(std::shared_ptr<client_internal::SessionCore> core, uint32_t lease_seconds)
+      : core_(std::move(core)), lease_seconds_(lease_seconds) {}
+  std::shared_ptr<client_internal::SessionCore> core_;
+  uint32_t lease_seconds_ = 0;
+};
+
+class Client {
+ public:
+  // A client of the daemon at `target` ("127.0.0.1:7070"). The connection is made lazily.
+  static Client Connect(const std::string& target);
+
+  absl::StatusOr<std::vector<v1::Device>> ListDevices();
+  absl::StatusOr<Session> OpenSession(const std::string& device);
+  v1::Replayd::Stub& stub() { return *stub_; }
+
+ private:
+  explicit Client(std::shared_ptr<v1::Replayd::Stub> stub) : stub_(std::move(stub)) {}
+  std::shared_ptr<v1::Replayd::Stub> stub_;
+};
+
+// Builds a signature param list from a compact text: comma-separated "in", "out",
+// "inout", "int32", "int64" (e.g. "out,in,in,int32"). INVALID_ARGUMENT on an unknown word.
+absl::StatusOr<v1::Signature> ParseSignature(const std::string& text, bool core_id = false);
+
+}  // namespace replayd
+
+#endif  // REPLAYD_CLIENT_CLIENT_H_
