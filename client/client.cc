@@ -5,7 +5,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 
-namespace replayd {
+namespace replayd::client {
 
 constexpr size_t kChunkBytes = 1 << 20;
 
@@ -247,4 +247,4 @@ absl::StatusOr<v1::Signature> ParseSignature(const std::string& text, bool core_
   return signature;
 }
 
-}  // namespace replayd
+}  // namespace replayd::client

@@ -1,4 +1,4 @@
-// replayd::Client: a C++ client of the replayd API with RAII handles. A Session closes
+// replayd::Client (replayd::client::Client): a C++ client of the replayd API with RAII handles. A Session closes
 // itself when destroyed; a Buffer or Program frees itself when destroyed, unless its
 // session has closed first (which frees everything it owned).
 //
@@ -19,7 +19,7 @@
 #include "absl/status/statusor.h"
 #include "replayd/v1/replayd.grpc.pb.h"
 
-namespace replayd {
+namespace replayd::client {
 
 absl::Status FromGrpc(const grpc::Status& status);
 
@@ -155,6 +155,10 @@ class Client {
 // "inout", "int32", "int64" (e.g. "out,in,in,int32"). INVALID_ARGUMENT on an unknown word.
 absl::StatusOr<v1::Signature> ParseSignature(const std::string& text, bool core_id = false);
 
+}  // namespace replayd::client
+
+namespace replayd {
+using Client = client::Client;
 }  // namespace replayd
 
 #endif  // REPLAYD_CLIENT_CLIENT_H_

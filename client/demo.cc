@@ -8,7 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 
-namespace replayd {
+namespace replayd::client {
 namespace {
 
 constexpr int kN = 256;
@@ -126,4 +126,4 @@ absl::Status RunDemo(Client& client, const std::string& device, std::ostream& ou
   return absl::OkStatus();
 }
 
-}  // namespace replayd
+}  // namespace replayd::client

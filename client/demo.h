@@ -8,7 +8,7 @@
 #include "absl/status/status.h"
 #include "client/client.h"
 
-namespace replayd {
+namespace replayd::client {
 
 // The C source of the shipped demo kernel file `name` ("matmul", "softmax").
 std::string DemoKernel(const std::string& name);
@@ -18,6 +18,6 @@ std::string DemoKernel(const std::string& name);
 // when the result is off by more than the tolerance.
 absl::Status RunDemo(Client& client, const std::string& device, std::ostream& out);
 
-}  // namespace replayd
+}  // namespace replayd::client
 
 #endif  // REPLAYD_CLIENT_DEMO_H_

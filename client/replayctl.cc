@@ -31,7 +31,7 @@ ABSL_FLAG(std::string, global, "1", "run: global dimensions, N[,N,N]");
 ABSL_FLAG(bool, core_id, false, "run: pass the invocation index as a trailing int");
 ABSL_FLAG(std::vector<std::string>, options, {}, "run: compiler options");
 
-namespace replayd {
+namespace replayd::client {
 namespace {
 
 int Fail(const absl::Status& status) {
@@ -173,7 +173,7 @@ int Run(Client& client, const std::string& file) {
 }
 
 }  // namespace
-}  // namespace replayd
+}  // namespace replayd::client
 
 int main(int argc, char** argv) {
   absl::SetProgramUsageMessage(
@@ -185,11 +185,11 @@ int main(int argc, char** argv) {
   }
   replayd::Client client = replayd::Client::Connect(absl::GetFlag(FLAGS_target));
   std::string command = positional[1];
-  if (command == "devices") return replayd::Devices(client);
-  if (command == "run" && positional.size() == 3) return replayd::Run(client, positional[2]);
+  if (command == "devices") return replayd::client::Devices(client);
+  if (command == "run" && positional.size() == 3) return replayd::client::Run(client, positional[2]);
   if (command == "demo") {
-    absl::Status s = replayd::RunDemo(client, absl::GetFlag(FLAGS_device), std::cout);
-    return s.ok() ? 0 : replayd::Fail(s);
+    absl::Status s = replayd::client::RunDemo(client, absl::GetFlag(FLAGS_device), std::cout);
+    return s.ok() ? 0 : replayd::client::Fail(s);
   }
   std::cerr << absl::ProgramUsageMessage() << "\n";
   return 2;

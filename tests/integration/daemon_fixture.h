@@ -1,0 +1,77 @@
+// A real replayd daemon on an ephemeral loopback port, with its own compile cache, for
+// tests that talk to it over gRPC as clients do.
+#ifndef REPLAYD_TESTS_INTEGRATION_DAEMON_FIXTURE_H_
+#define REPLAYD_TESTS_INTEGRATION_DAEMON_FIXTURE_H_
+
+#include <gtest/gtest.h>
+
+#include <memory>
+
+#include "client/client.h"
+#include "server/daemon.h"
+#include "tests/support/temp_dir.h"
+
+namespace replayd::client {
+
+// out = a + b over n floats, split into `cores` parts, one per invocation.
+inline constexpr char kAddSource[] = R"(
+void add(float *out, const float *a, const float *b, int n, int cores, int core) {
+  int chunk = (n + cores - 1) / cores;
+  int lo = core * chunk, hi = lo + chunk < n ? lo + chunk : n;
+  for (int i = lo; i < hi; ++i) out[i] = a[i] + b[i];
+}
+)";
+
+class DaemonFixture : public ::testing::Test {
+ protected:
+  struct Options {
+    absl::Duration lease = absl::Seconds(60);
+    uint64_t memory_limit = 256 << 20;
+  };
+
+  void SetUp() override { Start(Options()); }
+
+  void Start(Options options) {
+    daemon_.reset();
+    DaemonOptions d;
+    d.listen = "127.0.0.1:0";
+    d.engine.cache_dir = cache_.path();
+    d.engine.lease = options.lease;
+    d.cpu.memory_limit = options.memory_limit;
+    auto started = Daemon::Start(d);
+    ASSERT_TRUE(started.ok()) << started.status();
+    daemon_ = std::move(*started);
+    client_ = std::make_unique<Client>(Client::Connect(daemon_->address()));
+  }
+
+  Client& client() { return *client_; }
+  v1::Replayd::Stub& stub() { return client_->stub(); }
+
+  uint64_t FreeMemory() {
+    auto devices = client_->ListDevices();
+    EXPECT_TRUE(devices.ok()) << devices.status();
+    return devices.ok() ? (*devices)[0].free_memory() : 0;
+  }
+
+  Session Open() {
+    auto s = client_->OpenSession("cpu:0");
+    EXPECT_TRUE(s.ok()) << s.status();
+    return std::move(*s);
+  }
+
+  static ProgramSpec AddSpec() {
+    ProgramSpec spec;
+    spec.code = kAddSource;
+    spec.entry = "add";
+    spec.signature = *ParseSignature("out,in,in,int32,int32", /*core_id=*/true);
+    return spec;
+  }
+
+  TempDir cache_;
+  std::unique_ptr<Daemon> daemon_;
+  std::unique_ptr<Client> client_;
+};
+
+}  // namespace replayd::client
+
+#endif  // REPLAYD_TESTS_INTEGRATION_DAEMON_FIXTURE_H_
