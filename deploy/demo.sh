@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# The demo job on a fresh Debian 12 machine: install what is missing, build, start
+# replayd on loopback with the CPU device, run `replayctl demo`, stop the daemon.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash deploy/build.sh
+build_dir=${BUILD_DIR:-build}
+port=${REPLAYD_DEMO_PORT:-7070}
+cache_dir=$(mktemp -d)
+log=$(mktemp)
+"$build_dir/server/replayd" --listen "127.0.0.1:$port" --devices cpu \
+  --cache_dir "$cache_dir" --log_level warn >"$log" 2>&1 &
+daemon=$!
+cleanup() {
+  kill -TERM "$daemon" 2>/dev/null && wait "$daemon" 2>/dev/null || true
+  rm -rf "$cache_dir" "$log"
+}
+trap cleanup EXIT
+for _ in $(seq 100); do
+  "$build_dir/client/replayctl" --target "127.0.0.1:$port" devices >/dev/null 2>&1 && break
+  kill -0 "$daemon" 2>/dev/null || { cat "$log"; exit 1; }
+  sleep 0.1
+done
+"$build_dir/client/replayctl" --target "127.0.0.1:$port" devices
+echo
+"$build_dir/client/replayctl" --target "127.0.0.1:$port" demo

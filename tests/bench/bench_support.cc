@@ -1,0 +1,133 @@
+#include "tests/bench/bench_support.h"
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sched.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <grpcpp/grpcpp.h>
+
+#include "baseline.grpc.pb.h"
+
+namespace replayd::bench {
+
+void PinTo(int cpu) {
+  if (cpu < 0) return;
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  CPU_SET(cpu, &set);
+  sched_setaffinity(0, sizeof set, &set);
+}
+
+ChildProcess::ChildProcess(const std::vector<std::string>& argv, int cpu) {
+  std::vector<char*> args;
+  for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+  args.push_back(nullptr);
+  pid_ = fork();
+  if (pid_ == 0) {
+    PinTo(cpu);
+    execv(args[0], args.data());
+    _exit(127);
+  }
+}
+
+ChildProcess::~ChildProcess() {
+  if (pid_ <= 0) return;
+  kill(pid_, SIGTERM);
+  for (int i = 0; i < 50; ++i) {
+    if (waitpid(pid_, nullptr, WNOHANG) == pid_) return;
+    usleep(100000);
+  }
+  kill(pid_, SIGKILL);
+  waitpid(pid_, nullptr, 0);
+}
+
+int FreePort() {
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr);
+  socklen_t len = sizeof addr;
+  getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
+  close(fd);
+  return ntohs(addr.sin_port);
+}
+
+namespace {
+
+class BaselineService final : public Baseline::Service {
+ public:
+  BaselineService() : chunk_(1 << 20, 'b') {}
+  grpc::Status Empty(grpc::ServerContext*, const Nothing*, Nothing*) override {
+    return grpc::Status::OK;
+  }
+  grpc::Status Upload(grpc::ServerContext*, grpc::ServerReader<Blob>* reader, Nothing*) override {
+    Blob blob;
+    while (reader->Read(&blob)) {
+    }
+    return grpc::Status::OK;
+  }
+  grpc::Status Download(grpc::ServerContext*, const Size* size,
+                        grpc::ServerWriter<Blob>* writer) override {
+    Blob blob;
+    for (uint64_t done = 0; done < size->bytes(); done += chunk_.size()) {
+      blob.set_data(chunk_.data(), std::min<uint64_t>(chunk_.size(), size->bytes() - done));
+      if (!writer->Write(blob)) break;
+    }
+    return grpc::Status::OK;
+  }
+
+ private:
+  std::string chunk_;
+};
+
+}  // namespace
+
+int ServeBaseline(const std::string& address) {
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGTERM);
+  sigaddset(&signals, SIGINT);
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+  BaselineService service;
+  grpc::ServerBuilder builder;
+  builder.AddListeningPort(address, grpc::InsecureServerCredentials());
+  builder.RegisterService(&service);
+  builder.SetMaxReceiveMessageSize(20 << 20);
+  builder.SetMaxSendMessageSize(20 << 20);
+  auto server = builder.BuildAndStart();
+  if (!server) return 1;
+  int received;
+  sigwait(&signals, &received);
+  server->Shutdown(std::chrono::system_clock::now());
+  return 0;
+}
+
+bool WaitForServer(const std::string& address, absl::Duration timeout) {
+  auto channel = grpc::CreateChannel(address, grpc::InsecureChannelCredentials());
+  return channel->WaitForConnected(absl::ToChronoTime(absl::Now() + timeout));
+}
+
+double Median(std::vector<double> values) {
+  std::sort(values.begin(), values.end());
+  size_t n = values.size();
+  if (n == 0) return 0;
+  return n % 2 ? values[n / 2] : (values[n / 2 - 1] + values[n / 2]) / 2;
+}
+
+std::vector<double> InterleavedMedians(const std::vector<std::function<double()>>& subjects,
+                                       int runs) {
+  std::vector<std::vector<double>> results(subjects.size());
+  for (int r = 0; r < runs; ++r)
+    for (size_t i = 0; i < subjects.size(); ++i) results[i].push_back(subjects[i]());
+  std::vector<double> medians;
+  for (auto& r : results) medians.push_back(Median(r));
+  return medians;
+}
+
+}  // namespace replayd::bench
