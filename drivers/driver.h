@@ -99,6 +99,31 @@ class Kernel {
   virtual const Signature& signature() const = 0;
 };
 
+// One kernel launch of a device graph: the kernel, its packed arguments and dimensions.
+struct GraphNode {
+  const Kernel* kernel = nullptr;
+  std::vector<ArgValue> args;
+  Dim3 global{1, 1, 1};
+  Dim3 local{1, 1, 1};
+};
+
+// A batch of launches prepared once and submitted many times (a CUDA graph, a HIP graph,
+// a CPU replay list). Between submissions the engine patches, in place, only the nodes
+// whose arguments or dimensions depend on graph parameters.
+//
+// Thread safety: not thread-safe; the engine serialises the use of one device graph.
+class DeviceGraph {
+ public:
+  virtual ~DeviceGraph() = default;
+  // Replaces node `node`'s arguments (same count and kinds as instantiated) and
+  // dimensions (within the device's limits). Takes effect at the next Launch.
+  virtual absl::Status Update(size_t node, std::span<const ArgValue> args, const Dim3& global,
+                              const Dim3& local) = 0;
+  // Submits every node in order on the owning context. With `wait`, returns after
+  // completion with the device time.
+  virtual absl::StatusOr<std::optional<absl::Duration>> Launch(bool wait) = 0;
+};
+
 class Context {
  public:
   virtual ~Context() = default;
@@ -135,6 +160,17 @@ class Context {
 
   // Waits for every submission of this context to complete.
   virtual absl::Status Synchronize() = 0;
+
+  // Prepares `nodes` as one device graph. The kernels must outlive it. Nodes run in
+  // order, as if launched one after another on this context.
+  virtual absl::StatusOr<std::unique_ptr<DeviceGraph>> Instantiate(
+      std::span<const GraphNode> nodes) = 0;
+  // False for a node a device graph of this context cannot hold; the engine then gives
+  // it a batch of its own.
+  virtual bool CanBatch(const GraphNode&) const { return true; }
+  // Contexts that share an address space may use each other's device graphs and
+  // buffers; the graph cache keys by this.
+  virtual uint64_t address_space() const = 0;
 };
 
 class Device {

@@ -1,8 +1,32 @@
 #include "engine/call.h"
 
+#include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 
 namespace replayd {
+
+absl::StatusOr<std::vector<int64_t>> CheckBoundVariables(const std::vector<BoundVariable>& bound,
+                                                         std::vector<Variable>* variables) {
+  std::vector<int64_t> values;
+  absl::flat_hash_set<absl::string_view> names;
+  variables->clear();
+  for (const BoundVariable& b : bound) {
+    if (absl::Status s = CheckVariable(b.variable); !s.ok()) return s;
+    if (!names.insert(b.variable.name).second)
+      return absl::InvalidArgumentError(absl::StrCat("variable ", b.variable.name, " is bound twice"));
+    if (absl::Status s = CheckValue(b.variable, b.value); !s.ok()) return s;
+    variables->push_back(b.variable);
+    values.push_back(b.value);
+  }
+  return values;
+}
+
+absl::StatusOr<int64_t> EvaluateChecked(const Expression& e, std::span<const Variable> variables,
+                                        std::span<const int64_t> values) {
+  absl::StatusOr<Interval> bounds = e.Bounds(variables);
+  if (!bounds.ok()) return bounds.status();
+  return e.Evaluate(values);
+}
 
 absl::StatusOr<Dim3> CheckDims(const std::vector<uint64_t>& dims, const Dim3& max,
                                uint64_t max_total, absl::string_view what) {

@@ -9,6 +9,7 @@
 
 #include "absl/status/statusor.h"
 #include "drivers/driver.h"
+#include "engine/expression.h"
 #include "engine/handle_table.h"
 
 namespace replayd {
@@ -20,19 +21,37 @@ struct ViewArg {
   uint64_t length = 0;
 };
 
-using CallArg = std::variant<ViewArg, int64_t>;
+// A buffer argument is a view; an integer argument is an expression (a constant, a
+// bound variable, or an expression over bound variables).
+using CallArg = std::variant<ViewArg, Expression>;
+
+struct BoundVariable {
+  Variable variable;
+  int64_t value = 0;
+};
 
 struct LaunchOp {
   Handle program = 0;
+  std::vector<BoundVariable> variables;  // expressions index into this list
   std::vector<CallArg> args;
-  std::vector<uint64_t> global;  // up to 3; missing dimensions are 1
-  std::vector<uint64_t> local;
+  std::vector<Expression> global;  // up to 3; missing dimensions are 1
+  std::vector<Expression> local;
   bool wait = false;
 };
 
 struct LaunchResult {
   std::optional<absl::Duration> device_time;
 };
+
+// The variables of `op` and their values: each well formed, named once, its value in
+// range. INVALID_ARGUMENT naming the variable, the value and the range otherwise.
+absl::StatusOr<std::vector<int64_t>> CheckBoundVariables(const std::vector<BoundVariable>& bound,
+                                                         std::vector<Variable>* variables);
+
+// The value of `e` at `values`, after checking its bounds over `variables` (no overflow,
+// no divisor that can be zero).
+absl::StatusOr<int64_t> EvaluateChecked(const Expression& e, std::span<const Variable> variables,
+                                        std::span<const int64_t> values);
 
 // The three dimensions of `dims` within `max` per dimension and `max_total` in product;
 // INVALID_ARGUMENT naming `what` ("global", "local") and the value otherwise.

@@ -36,6 +36,7 @@ Engine::~Engine() {
   for (auto& [id, session] : sessions) session->Close();
 }
 
+
 std::vector<DeviceStatus> Engine::ListDevices() const {
   std::vector<DeviceStatus> out;
   for (const auto& d : devices_) {
@@ -59,8 +60,10 @@ absl::StatusOr<std::shared_ptr<Session>> Engine::OpenSession(absl::string_view t
   do {
     id = absl::Uniform<uint64_t>(random_);
   } while (id == 0 || sessions_.contains(id));
-  auto session = std::make_shared<Session>(id, std::string(tenant), found, std::move(*context),
-                                           compile_cache_.get(), options_.lease);
+  SessionEnv env{found, compile_cache_.get(), GraphCacheFor(tenant, found), options_.batch};
+  auto session = std::make_shared<Session>(id, std::string(tenant), env,
+                                           std::shared_ptr<Context>(std::move(*context)),
+                                           options_.lease);
   sessions_.emplace(id, session);
   spdlog::debug("session {:016x} opened by {} on {}", id, std::string(tenant), std::string(device));
   return session;
@@ -111,6 +114,19 @@ int Engine::ReapExpired(absl::Time now) {
     s->Close();
   }
   return static_cast<int>(expired.size());
+}
+
+GraphCache* Engine::GraphCacheFor(absl::string_view tenant, const Device* device) {
+  auto& cache = graph_caches_[std::make_pair(std::string(tenant), device)];
+  if (!cache) cache = std::make_unique<GraphCache>(options_.graph_cache);
+  return cache.get();
+}
+
+GraphCacheStats Engine::graph_cache_stats(absl::string_view tenant, absl::string_view device) const {
+  absl::MutexLock lock(&mu_);
+  for (const auto& [key, cache] : graph_caches_)
+    if (key.first == tenant && key.second->info().id == device) return cache->stats();
+  return {};
 }
 
 size_t Engine::session_count() const {

@@ -21,6 +21,7 @@
 #include "absl/time/time.h"
 #include "drivers/driver.h"
 #include "engine/compile_cache.h"
+#include "engine/graph_cache.h"
 #include "engine/session.h"
 
 namespace replayd {
@@ -28,6 +29,8 @@ namespace replayd {
 struct EngineOptions {
   absl::Duration lease = absl::Seconds(60);
   std::filesystem::path cache_dir;
+  GraphCacheOptions graph_cache;  // per tenant and device
+  BatchOptions batch;
 };
 
 struct DeviceStatus {
@@ -57,12 +60,16 @@ class Engine {
   // Closes the sessions whose lease has passed at `now`; returns how many.
   int ReapExpired(absl::Time now);
   size_t session_count() const;
+  // The graph cache counters of `tenant` on `device`; zero when it has none.
+  GraphCacheStats graph_cache_stats(absl::string_view tenant, absl::string_view device) const;
   absl::Duration lease() const { return options_.lease; }
 
  private:
   Engine(EngineOptions options, std::vector<std::unique_ptr<Device>> devices,
          std::unique_ptr<CompileCache> cache);
   void ReaperMain();
+  GraphCache* GraphCacheFor(absl::string_view tenant, const Device* device)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const EngineOptions options_;
   const std::vector<std::unique_ptr<Device>> devices_;
@@ -71,6 +78,8 @@ class Engine {
   mutable absl::Mutex mu_;
   absl::flat_hash_map<SessionId, std::shared_ptr<Session>> sessions_ ABSL_GUARDED_BY(mu_);
   absl::BitGen random_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<std::pair<std::string, const Device*>, std::unique_ptr<GraphCache>>
+      graph_caches_ ABSL_GUARDED_BY(mu_);
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   std::thread reaper_;
 };

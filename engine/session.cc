@@ -2,17 +2,16 @@
 
 #include <limits>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
 
 namespace replayd {
 
-Session::Session(SessionId id, std::string tenant, Device* device,
-                 std::unique_ptr<Context> context, CompileCache* compile_cache,
-                 absl::Duration lease)
+Session::Session(SessionId id, std::string tenant, SessionEnv env,
+                 std::shared_ptr<Context> context, absl::Duration lease)
     : id_(id),
       tenant_(std::move(tenant)),
-      device_(device),
-      compile_cache_(compile_cache),
+      env_(env),
       lease_(lease),
       deadline_ns_(absl::ToUnixNanos(absl::Now() + lease)),
       context_(std::move(context)) {}
@@ -29,6 +28,9 @@ void Session::Close() {
   closed_ = true;
   // Wait for submitted work before its memory goes.
   context_->Synchronize().IgnoreError();
+  capture_.reset();
+  graphs_.Clear();
+  env_.graph_cache->EvictOwner(id_);
   programs_.Clear();
   buffers_.Clear();
   memory_in_use_ = 0;
@@ -60,7 +62,9 @@ absl::StatusOr<Handle> Session::AllocBuffer(uint64_t bytes) {
   absl::StatusOr<Allocation> allocation = context_->Allocate(bytes);
   if (!allocation.ok()) return allocation.status();
   memory_in_use_ += bytes;
-  return buffers_.Insert(std::make_shared<Buffer>(context_.get(), *allocation));
+  auto buffer = std::make_shared<Buffer>(context_, *allocation);
+  if (capture_) capture_->born.insert(buffer.get());
+  return buffers_.Insert(std::move(buffer));
 }
 
 absl::Status Session::FreeBuffer(Handle buffer) {
@@ -69,6 +73,7 @@ absl::Status Session::FreeBuffer(Handle buffer) {
   absl::StatusOr<std::shared_ptr<Buffer>> removed = buffers_.Remove(buffer);
   if (!removed.ok()) return removed.status();
   memory_in_use_ -= (*removed)->allocation.bytes;
+  if (capture_ && capture_->born.contains(removed->get())) capture_->dropped.insert(removed->get());
   return absl::OkStatus();
 }
 
@@ -111,15 +116,15 @@ absl::StatusOr<ProgramInfo> Session::LoadProgram(const ProgramSource& source) {
   }
   if (absl::Status s = CheckProgramSource(source, device()); !s.ok()) return s;
   // Compiling can take seconds: the session's other operations go on meanwhile.
-  absl::StatusOr<CompiledArtifact> artifact = compile_cache_->GetOrCompile(*device_, source);
+  absl::StatusOr<CompiledArtifact> artifact = env_.compile_cache->GetOrCompile(*env_.device, source);
   if (!artifact.ok()) return artifact.status();
   absl::MutexLock lock(&mu_);
   if (absl::Status s = CheckOpen(); !s.ok()) return s;
   absl::StatusOr<std::unique_ptr<Kernel>> kernel = context_->Load(source, artifact->path);
   if (!kernel.ok() && artifact->cache_hit) {
     // An artifact that no longer loads (a foreign or damaged file): build it anew once.
-    compile_cache_->Invalidate(artifact->key);
-    artifact = compile_cache_->GetOrCompile(*device_, source);
+    env_.compile_cache->Invalidate(artifact->key);
+    artifact = env_.compile_cache->GetOrCompile(*env_.device, source);
     if (!artifact.ok()) return artifact.status();
     kernel = context_->Load(source, artifact->path);
   }
@@ -143,7 +148,8 @@ absl::Status Session::FreeProgram(Handle program) {
 }
 
 absl::Status Session::PackArgs(const Kernel& kernel, const LaunchOp& op,
-                               std::vector<ArgValue>& out) const {
+                               std::span<const Variable> variables,
+                               std::span<const int64_t> values, std::vector<ArgValue>& out) const {
   const std::vector<Param>& params = kernel.signature().params;
   if (op.args.size() != params.size())
     return absl::InvalidArgumentError(absl::StrCat("program ", op.program, " takes ",
@@ -166,9 +172,11 @@ absl::Status Session::PackArgs(const Kernel& kernel, const LaunchOp& op,
       out[i].address = (*b)->allocation.address + range->first;
       continue;
     }
-    const int64_t* value = std::get_if<int64_t>(&arg);
-    if (!value)
-      return absl::InvalidArgumentError(absl::StrCat("argument ", i, " must be an integer"));
+    const Expression* e = std::get_if<Expression>(&arg);
+    if (!e) return absl::InvalidArgumentError(absl::StrCat("argument ", i, " must be an integer"));
+    absl::StatusOr<int64_t> value = EvaluateChecked(*e, variables, values);
+    if (!value.ok())
+      return absl::InvalidArgumentError(absl::StrCat("argument ", i, ": ", value.status().message()));
     if (p.kind == ParamKind::kInt32 && (*value < std::numeric_limits<int32_t>::min() ||
                                         *value > std::numeric_limits<int32_t>::max()))
       return absl::InvalidArgumentError(
@@ -178,22 +186,332 @@ absl::Status Session::PackArgs(const Kernel& kernel, const LaunchOp& op,
   return absl::OkStatus();
 }
 
+namespace {
+
+absl::StatusOr<Dim3> EvaluateDims(const std::vector<Expression>& dims, const Dim3& max,
+                                  uint64_t max_total, std::span<const Variable> variables,
+                                  std::span<const int64_t> values, absl::string_view what) {
+  std::vector<uint64_t> evaluated;
+  for (size_t d = 0; d < dims.size() && d < 4; ++d) {
+    absl::StatusOr<int64_t> v = EvaluateChecked(dims[d], variables, values);
+    if (!v.ok()) return absl::InvalidArgumentError(absl::StrCat(what, "[", d, "]: ", v.status().message()));
+    if (*v < 0) return absl::InvalidArgumentError(absl::StrCat(what, "[", d, "] = ", *v, " is negative"));
+    evaluated.push_back(static_cast<uint64_t>(*v));
+  }
+  if (dims.size() > 3) evaluated.resize(dims.size());
+  return CheckDims(evaluated, max, max_total, what);
+}
+
+std::array<Expression, 3> PadDims(const std::vector<Expression>& dims) {
+  std::array<Expression, 3> out{Expression::Constant(1), Expression::Constant(1), Expression::Constant(1)};
+  for (size_t d = 0; d < dims.size() && d < 3; ++d) out[d] = dims[d];
+  return out;
+}
+
+}  // namespace
+
 absl::StatusOr<LaunchResult> Session::Launch(const LaunchOp& op) {
   absl::MutexLock lock(&mu_);
   if (absl::Status s = CheckOpen(); !s.ok()) return s;
   absl::StatusOr<std::shared_ptr<Program>> program = programs_.Find(op.program);
   if (!program.ok()) return program.status();
+  std::vector<Variable> variables;
+  absl::StatusOr<std::vector<int64_t>> values = CheckBoundVariables(op.variables, &variables);
+  if (!values.ok()) return values.status();
   const LaunchLimits& limits = device().limits;
-  absl::StatusOr<Dim3> global = CheckDims(op.global, limits.max_global, limits.max_global_total, "global");
+  absl::StatusOr<Dim3> global =
+      EvaluateDims(op.global, limits.max_global, limits.max_global_total, variables, *values, "global");
   if (!global.ok()) return global.status();
-  absl::StatusOr<Dim3> local = CheckDims(op.local, limits.max_local, limits.max_local_total, "local");
+  absl::StatusOr<Dim3> local =
+      EvaluateDims(op.local, limits.max_local, limits.max_local_total, variables, *values, "local");
   if (!local.ok()) return local.status();
   thread_local std::vector<ArgValue> args;
-  if (absl::Status s = PackArgs(*(*program)->kernel, op, args); !s.ok()) return s;
+  if (absl::Status s = PackArgs(*(*program)->kernel, op, variables, *values, args); !s.ok()) return s;
+  if (capture_) {
+    if (absl::Status s = Record(op, *program, variables); !s.ok()) return s;
+  }
   absl::StatusOr<std::optional<absl::Duration>> time =
       context_->Launch(*(*program)->kernel, args, *global, *local, op.wait);
   if (!time.ok()) return time.status();
   return LaunchResult{*time};
+}
+
+absl::Status Session::Record(const LaunchOp& op, std::shared_ptr<Program> program,
+                             std::span<const Variable> variables) {
+  // Map the call's variables onto the capture's, by name; a new name becomes a new
+  // graph variable. Checked before anything is added.
+  std::vector<int> remap;
+  std::vector<Variable> added;
+  for (const Variable& v : variables) {
+    int index = -1;
+    for (size_t i = 0; i < capture_->variables.size(); ++i)
+      if (capture_->variables[i].name == v.name) index = static_cast<int>(i);
+    if (index >= 0 && !capture_->variables[index].SameRange(v)) {
+      const Variable& c = capture_->variables[index];
+      return absl::InvalidArgumentError(absl::StrCat(
+          "variable ", v.name, " is bound with range [", v.min, ", ", v.max, "] multiple of ",
+          v.multiple_of, "; the capture declared [", c.min, ", ", c.max, "] multiple of ", c.multiple_of));
+    }
+    if (index < 0) {
+      index = static_cast<int>(capture_->variables.size() + added.size());
+      added.push_back(v);
+    }
+    remap.push_back(index);
+  }
+  if (capture_->calls.size() >= kMaxGraphCalls)
+    return absl::ResourceExhaustedError(absl::StrCat("a capture records at most ", kMaxGraphCalls, " calls"));
+  RecordedCall call;
+  call.program = std::move(program);
+  for (const CallArg& arg : op.args) {
+    if (const ViewArg* v = std::get_if<ViewArg>(&arg)) {
+      call.args.push_back(RecordedView{*FindBuffer(v->buffer), *v});
+    } else {
+      call.args.push_back(std::get<Expression>(arg).Remapped(remap));
+    }
+  }
+  std::array<Expression, 3> global = PadDims(op.global), local = PadDims(op.local);
+  for (int d = 0; d < 3; ++d) {
+    call.global[d] = global[d].Remapped(remap);
+    call.local[d] = local[d].Remapped(remap);
+  }
+  capture_->variables.insert(capture_->variables.end(), added.begin(), added.end());
+  capture_->calls.push_back(std::move(call));
+  return absl::OkStatus();
+}
+
+absl::Status Session::BeginCapture(const std::vector<Handle>& inputs,
+                                   const std::vector<Variable>& variables) {
+  absl::MutexLock lock(&mu_);
+  if (absl::Status s = CheckOpen(); !s.ok()) return s;
+  if (capture_) return absl::FailedPreconditionError("a capture is already open in this session");
+  if (variables.size() > kMaxGraphVariables)
+    return absl::InvalidArgumentError(absl::StrCat("at most ", kMaxGraphVariables, " variables"));
+  Capture capture;
+  for (Handle h : inputs) {
+    absl::StatusOr<std::shared_ptr<Buffer>> b = FindBuffer(h);
+    if (!b.ok()) return b.status();
+    for (const auto& seen : capture.inputs)
+      if (seen == *b) return absl::InvalidArgumentError(absl::StrCat("input buffer ", h, " is named twice"));
+    capture.inputs.push_back(*b);
+  }
+  for (const Variable& v : variables) {
+    if (absl::Status s = CheckVariable(v); !s.ok()) return s;
+    for (const Variable& seen : capture.variables)
+      if (seen.name == v.name) return absl::InvalidArgumentError(absl::StrCat("variable ", v.name, " is declared twice"));
+    capture.variables.push_back(v);
+  }
+  capture_ = std::move(capture);
+  return absl::OkStatus();
+}
+
+absl::StatusOr<Graph> Session::GraphFromCapture(const Capture& capture,
+                                                const std::vector<Handle>& outputs) {
+  Graph g;
+  g.variables = capture.variables;
+  absl::flat_hash_map<const Buffer*, uint32_t> slot_of;
+  auto add_parameter = [&](const std::shared_ptr<Buffer>& b) {
+    if (slot_of.contains(b.get())) return;
+    slot_of[b.get()] = static_cast<uint32_t>(g.slots.size());
+    g.slots.push_back({SlotKind::kParameter, b->allocation.bytes, nullptr});
+  };
+  for (const auto& b : capture.inputs) add_parameter(b);
+  for (Handle h : outputs) {
+    absl::StatusOr<std::shared_ptr<Buffer>> b = FindBuffer(h);
+    if (!b.ok()) return b.status();
+    add_parameter(*b);
+  }
+  for (const RecordedCall& rc : capture.calls) {
+    GraphCall call;
+    call.program = rc.program;
+    call.global = rc.global;
+    call.local = rc.local;
+    for (const auto& arg : rc.args) {
+      if (const Expression* e = std::get_if<Expression>(&arg)) {
+        call.args.push_back(*e);
+        continue;
+      }
+      const RecordedView& rv = std::get<RecordedView>(arg);
+      auto [it, inserted] = slot_of.try_emplace(rv.buffer.get(), static_cast<uint32_t>(g.slots.size()));
+      if (inserted) {
+        if (capture.dropped.contains(rv.buffer.get())) {
+          g.slots.push_back({SlotKind::kInternal, rv.buffer->allocation.bytes, nullptr});
+        } else {
+          g.slots.push_back({SlotKind::kConstant, rv.buffer->allocation.bytes, rv.buffer});
+        }
+      }
+      call.args.push_back(SlotView{it->second, rv.view.offset, rv.view.length});
+    }
+    g.calls.push_back(std::move(call));
+  }
+  return g;
+}
+
+absl::StatusOr<GraphInfo> Session::EndCapture(const std::vector<Handle>& outputs) {
+  absl::MutexLock lock(&mu_);
+  if (absl::Status s = CheckOpen(); !s.ok()) return s;
+  if (!capture_) return absl::FailedPreconditionError("no capture is open in this session");
+  Capture capture = std::move(*capture_);
+  capture_.reset();
+  if (capture.calls.empty()) return absl::FailedPreconditionError("the capture recorded no call");
+  absl::StatusOr<Graph> g = GraphFromCapture(capture, outputs);
+  if (!g.ok()) return g.status();
+  return AddGraph(std::move(*g));
+}
+
+absl::StatusOr<Graph> Session::GraphFromDef(const GraphDef& def) {
+  Graph g;
+  g.variables = def.variables;
+  for (size_t i = 0; i < def.slots.size(); ++i) {
+    const SlotDef& sd = def.slots[i];
+    Slot slot{sd.kind, sd.bytes, nullptr};
+    if (sd.kind == SlotKind::kConstant) {
+      absl::StatusOr<std::shared_ptr<Buffer>> b = FindBuffer(sd.buffer);
+      if (!b.ok()) return absl::NotFoundError(absl::StrCat("slot ", i, ": ", b.status().message()));
+      if (sd.bytes != 0 && sd.bytes != (*b)->allocation.bytes)
+        return absl::InvalidArgumentError(absl::StrCat("slot ", i, ": ", sd.bytes, " bytes declared, buffer ",
+                                                       sd.buffer, " has ", (*b)->allocation.bytes));
+      slot.bytes = (*b)->allocation.bytes;
+      slot.constant = *b;
+    }
+    g.slots.push_back(std::move(slot));
+  }
+  for (size_t i = 0; i < def.calls.size(); ++i) {
+    const CallDef& cd = def.calls[i];
+    absl::StatusOr<std::shared_ptr<Program>> p = programs_.Find(cd.program);
+    if (!p.ok()) return absl::NotFoundError(absl::StrCat("call ", i, ": ", p.status().message()));
+    if (cd.global.size() > 3 || cd.local.size() > 3)
+      return absl::InvalidArgumentError(absl::StrCat("call ", i, ": more than 3 dimensions"));
+    g.calls.push_back({*p, cd.args, PadDims(cd.global), PadDims(cd.local)});
+  }
+  return g;
+}
+
+absl::StatusOr<GraphInfo> Session::DefineGraph(const GraphDef& def) {
+  absl::MutexLock lock(&mu_);
+  if (absl::Status s = CheckOpen(); !s.ok()) return s;
+  if (def.calls.size() > kMaxGraphCalls || def.slots.size() > kMaxGraphSlots)
+    return absl::InvalidArgumentError("graph definition is too large");
+  absl::StatusOr<Graph> g = GraphFromDef(def);
+  if (!g.ok()) return g.status();
+  return AddGraph(std::move(*g));
+}
+
+absl::StatusOr<GraphInfo> Session::AddGraph(Graph graph) {
+  if (absl::Status s = CheckGraph(graph, device()); !s.ok()) return s;
+  std::string structure = GraphStructure(graph, context_->address_space());
+  std::shared_ptr<GraphInstance> instance = env_.graph_cache->Lookup(structure);
+  const bool hit = instance != nullptr;
+  if (!hit) {
+    absl::StatusOr<std::shared_ptr<GraphInstance>> created =
+        GraphInstance::Create(std::move(graph), std::move(structure), context_, env_.batch);
+    if (!created.ok()) return created.status();
+    instance = std::move(*created);
+    env_.graph_cache->Insert(instance, id_);
+  }
+  Handle h = graphs_.Insert(instance);
+  return Describe(h, *instance, hit);
+}
+
+GraphInfo Session::Describe(Handle handle, const GraphInstance& instance, bool cache_hit) const {
+  GraphInfo info;
+  info.handle = handle;
+  info.key = instance.key();
+  info.cache_hit = cache_hit;
+  info.calls = instance.graph().calls.size();
+  info.batches = instance.batch_count();
+  info.arena_bytes = instance.plan().arena_bytes;
+  info.saved_bytes = instance.plan().saved_bytes;
+  info.replays = instance.replays();
+  for (uint32_t slot : instance.buffer_params())
+    info.params.push_back({true, slot, instance.graph().slots[slot].bytes, {}});
+  for (const Variable& v : instance.graph().variables) info.params.push_back({false, 0, 0, v});
+  info.cache = env_.graph_cache->stats();
+  return info;
+}
+
+absl::StatusOr<GraphInfo> Session::DescribeGraph(Handle graph) {
+  absl::MutexLock lock(&mu_);
+  if (absl::Status s = CheckOpen(); !s.ok()) return s;
+  absl::StatusOr<std::shared_ptr<GraphInstance>> g = graphs_.Find(graph);
+  if (!g.ok()) return g.status();
+  return Describe(graph, **g, false);
+}
+
+absl::Status Session::FreeGraph(Handle graph) {
+  absl::MutexLock lock(&mu_);
+  if (absl::Status s = CheckOpen(); !s.ok()) return s;
+  return graphs_.Remove(graph).status();
+}
+
+absl::StatusOr<ReplayResult> Session::ReplayGraph(const ReplayOp& op) {
+  absl::MutexLock lock(&mu_);
+  if (absl::Status s = CheckOpen(); !s.ok()) return s;
+  if (capture_) return absl::FailedPreconditionError("ReplayGraph while a capture is open");
+  absl::StatusOr<std::shared_ptr<GraphInstance>> found = graphs_.Find(op.graph);
+  if (!found.ok()) return found.status();
+  GraphInstance& g = **found;
+  const std::vector<uint32_t>& buffer_params = g.buffer_params();
+  const std::vector<Variable>& variables = g.graph().variables;
+  const size_t expected = buffer_params.size() + variables.size();
+  if (op.params.size() != expected) {
+    std::string missing = op.params.size() < expected
+                              ? (op.params.size() < buffer_params.size()
+                                     ? absl::StrCat(" (buffer parameter ", op.params.size(), " is missing)")
+                                     : absl::StrCat(" (variable ", variables[op.params.size() - buffer_params.size()].name, " is missing)"))
+                              : "";
+    return absl::InvalidArgumentError(absl::StrCat("graph ", op.graph, " takes ", expected,
+                                                   " parameters, got ", op.params.size(), missing));
+  }
+  thread_local std::vector<uint64_t> addresses;
+  thread_local std::vector<int64_t> values;
+  addresses.resize(buffer_params.size());
+  values.resize(variables.size());
+  for (size_t i = 0; i < op.params.size(); ++i) {
+    if (i < buffer_params.size()) {
+      const BufferParam* bp = std::get_if<BufferParam>(&op.params[i]);
+      if (!bp) return absl::InvalidArgumentError(absl::StrCat("parameter ", i, " must be a buffer"));
+      absl::StatusOr<std::shared_ptr<Buffer>> b = FindBuffer(bp->buffer);
+      if (!b.ok()) return absl::NotFoundError(absl::StrCat("parameter ", i, ": ", b.status().message()));
+      uint64_t need = g.graph().slots[buffer_params[i]].bytes;
+      if ((*b)->allocation.bytes < need)
+        return absl::InvalidArgumentError(absl::StrCat("parameter ", i, ": buffer ", bp->buffer, " has ",
+                                                       (*b)->allocation.bytes, " bytes; the graph needs ", need));
+      addresses[i] = (*b)->allocation.address;
+      continue;
+    }
+    const int64_t* v = std::get_if<int64_t>(&op.params[i]);
+    const Variable& var = variables[i - buffer_params.size()];
+    if (!v) return absl::InvalidArgumentError(absl::StrCat("parameter ", i, " (variable ", var.name, ") must be a value"));
+    if (absl::Status s = CheckValue(var, *v); !s.ok()) return s;
+    values[i - buffer_params.size()] = *v;
+  }
+  // Reads are checked before the replay runs, too.
+  std::vector<std::pair<std::shared_ptr<Buffer>, std::pair<uint64_t, uint64_t>>> reads;
+  uint64_t read_bytes = 0;
+  for (size_t i = 0; i < op.reads.size(); ++i) {
+    absl::StatusOr<std::shared_ptr<Buffer>> b = FindBuffer(op.reads[i].buffer);
+    if (!b.ok()) return absl::NotFoundError(absl::StrCat("read ", i, ": ", b.status().message()));
+    absl::StatusOr<std::pair<uint64_t, uint64_t>> r = ResolveView(op.reads[i], (*b)->allocation.bytes);
+    if (!r.ok()) return absl::InvalidArgumentError(absl::StrCat("read ", i, ": ", r.status().message()));
+    read_bytes += r->second;
+    if (read_bytes > kMaxReplayReadBytes)
+      return absl::InvalidArgumentError(absl::StrCat("reads exceed ", kMaxReplayReadBytes, " bytes in all"));
+    reads.push_back({*b, *r});
+  }
+  absl::StatusOr<std::optional<absl::Duration>> time =
+      g.Replay(addresses, values, op.wait || !reads.empty());
+  if (!time.ok()) return time.status();
+  ReplayResult result;
+  if (op.wait) result.device_time = *time;
+  result.reads.resize(reads.size());
+  for (size_t i = 0; i < reads.size(); ++i) {
+    auto& [buffer, range] = reads[i];
+    result.reads[i].resize(range.second);
+    absl::Status s = context_->Read(buffer->allocation, range.first,
+                                    {reinterpret_cast<uint8_t*>(result.reads[i].data()), range.second});
+    if (!s.ok()) return s;
+  }
+  return result;
 }
 
 absl::Status Session::Synchronize() {

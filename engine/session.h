@@ -1,10 +1,16 @@
-// A session: one tenant's workspace on one device. It owns buffers and programs under
-// session-scoped handles and holds a lease; closing it (or letting the lease expire)
-// frees everything it owns.
+// A session: one tenant's workspace on one device. It owns buffers, programs and graphs
+// under session-scoped handles and holds a lease; closing it (or letting the lease
+// expire) frees everything it owns.
 //
 // Every operation checks its input completely before it changes anything, so a failed
 // operation leaves the session as it was. Operations of one session run one at a time
 // in arrival order.
+//
+// Capture: between BeginCapture and EndCapture, launches run as usual and are also
+// recorded. EndCapture turns the record into a graph: the buffers named as inputs and
+// outputs become parameters, buffers created and freed inside the capture become
+// internals, other buffers become constants, and every bound variable becomes a
+// variable parameter with its value stripped.
 //
 // Thread safety: thread-safe.
 #ifndef REPLAYD_ENGINE_SESSION_H_
@@ -12,15 +18,20 @@
 
 #include <atomic>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 
+#include "absl/container/flat_hash_set.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "drivers/driver.h"
 #include "engine/call.h"
 #include "engine/compile_cache.h"
+#include "engine/graph.h"
+#include "engine/graph_cache.h"
+#include "engine/graph_instance.h"
 #include "engine/handle_table.h"
 #include "engine/program.h"
 
@@ -28,34 +39,102 @@ namespace replayd {
 
 using SessionId = uint64_t;
 
-// Device memory owned through a handle; freed when the last reference goes.
+// Device memory owned through a handle (and by the graphs that hold it as a constant);
+// freed when the last reference goes.
 struct Buffer {
-  Buffer(Context* context, Allocation allocation) : context(context), allocation(allocation) {}
+  Buffer(std::shared_ptr<Context> context, Allocation allocation)
+      : context(std::move(context)), allocation(allocation) {}
   ~Buffer() { context->Free(allocation); }
   Buffer(const Buffer&) = delete;
   Buffer& operator=(const Buffer&) = delete;
-  Context* const context;
+  const std::shared_ptr<Context> context;
   const Allocation allocation;
+};
+
+// A graph definition with session handles, as DefineGraph receives it.
+struct SlotDef {
+  SlotKind kind = SlotKind::kParameter;
+  uint64_t bytes = 0;  // parameters and internals
+  Handle buffer = 0;   // constants
+};
+struct CallDef {
+  Handle program = 0;
+  std::vector<GraphArg> args;
+  std::vector<Expression> global, local;  // up to 3 each; missing ones are 1
+};
+struct GraphDef {
+  std::vector<Variable> variables;
+  std::vector<SlotDef> slots;
+  std::vector<CallDef> calls;
+};
+
+struct GraphParamInfo {
+  bool is_buffer = true;
+  uint32_t slot = 0;      // buffers
+  uint64_t bytes = 0;     // buffers: the least size accepted
+  Variable variable;      // variables
+};
+
+struct GraphInfo {
+  Handle handle = 0;
+  std::string key;
+  bool cache_hit = false;
+  size_t calls = 0;
+  size_t batches = 0;
+  uint64_t arena_bytes = 0;
+  uint64_t saved_bytes = 0;
+  uint64_t replays = 0;
+  std::vector<GraphParamInfo> params;  // the replay parameter layout
+  GraphCacheStats cache;
+};
+
+// One replay parameter: a buffer handle or a variable value.
+struct BufferParam {
+  Handle buffer = 0;
+};
+using ParamValue = std::variant<BufferParam, int64_t>;
+
+struct ReplayOp {
+  Handle graph = 0;
+  std::vector<ParamValue> params;  // in the graph's parameter layout
+  bool wait = false;
+  std::vector<ViewArg> reads;      // views of session buffers returned after the replay
+};
+
+// Most bytes one replay may return through `reads`.
+inline constexpr uint64_t kMaxReplayReadBytes = 1 << 20;
+
+struct ReplayResult {
+  std::optional<absl::Duration> device_time;
+  std::vector<std::string> reads;
+};
+
+// What a session needs from the engine; all of it outlives the session.
+struct SessionEnv {
+  Device* device = nullptr;
+  CompileCache* compile_cache = nullptr;
+  GraphCache* graph_cache = nullptr;
+  BatchOptions batch;
 };
 
 class Session {
  public:
-  Session(SessionId id, std::string tenant, Device* device, std::unique_ptr<Context> context,
-          CompileCache* compile_cache, absl::Duration lease);
+  Session(SessionId id, std::string tenant, SessionEnv env, std::shared_ptr<Context> context,
+          absl::Duration lease);
   ~Session();
   Session(const Session&) = delete;
   Session& operator=(const Session&) = delete;
 
   SessionId id() const { return id_; }
   const std::string& tenant() const { return tenant_; }
-  const DeviceInfo& device() const { return device_->info(); }
+  const DeviceInfo& device() const { return env_.device->info(); }
   absl::Duration lease() const { return lease_; }
 
   // Pushes the lease deadline to now + lease.
   void Renew(absl::Time now);
   bool Expired(absl::Time now) const;
 
-  // Frees every buffer and program; later operations are NOT_FOUND. Idempotent.
+  // Frees every buffer, program and graph; later operations are NOT_FOUND. Idempotent.
   void Close();
 
   // A new zeroed buffer. INVALID_ARGUMENT for 0 bytes; RESOURCE_EXHAUSTED past the
@@ -74,34 +153,75 @@ class Session {
   absl::StatusOr<ProgramInfo> LoadProgram(const ProgramSource& source);
   absl::Status FreeProgram(Handle program);
 
-  // One eager launch, checked against the program's signature and the device limits.
+  // One eager launch, checked against the program's signature, the bound variables'
+  // ranges and the device limits. Recorded when a capture is open.
   absl::StatusOr<LaunchResult> Launch(const LaunchOp& op);
   absl::Status Synchronize();
+
+  // Opens a capture. FAILED_PRECONDITION when one is open; NOT_FOUND for an unknown input.
+  absl::Status BeginCapture(const std::vector<Handle>& inputs, const std::vector<Variable>& variables);
+  // Closes the capture and returns its graph (a cache hit when the same structure was
+  // seen). FAILED_PRECONDITION when no capture is open or it recorded no call; the
+  // capture is closed either way.
+  absl::StatusOr<GraphInfo> EndCapture(const std::vector<Handle>& outputs);
+  // The same graph as a capture would make, built from an explicit definition.
+  absl::StatusOr<GraphInfo> DefineGraph(const GraphDef& def);
+  absl::StatusOr<GraphInfo> DescribeGraph(Handle graph);
+  absl::Status FreeGraph(Handle graph);
+  // Replays a graph with a parameter vector; checks everything before anything runs.
+  // FAILED_PRECONDITION while capturing.
+  absl::StatusOr<ReplayResult> ReplayGraph(const ReplayOp& op);
 
   // Bytes of device memory held by this session's buffers.
   uint64_t memory_in_use() const;
 
  private:
+  struct RecordedView {
+    std::shared_ptr<Buffer> buffer;
+    ViewArg view;
+  };
+  struct RecordedCall {
+    std::shared_ptr<Program> program;
+    std::vector<std::variant<RecordedView, Expression>> args;
+    std::array<Expression, 3> global, local;
+  };
+  struct Capture {
+    std::vector<std::shared_ptr<Buffer>> inputs;
+    std::vector<Variable> variables;
+    absl::flat_hash_set<const Buffer*> born;     // allocated during the capture
+    absl::flat_hash_set<const Buffer*> dropped;  // born, then freed during the capture
+    std::vector<RecordedCall> calls;
+  };
+
   absl::Status CheckOpen() const ABSL_SHARED_LOCKS_REQUIRED(mu_);
   absl::StatusOr<std::shared_ptr<Buffer>> FindBuffer(Handle buffer) const
       ABSL_SHARED_LOCKS_REQUIRED(mu_);
-  absl::Status PackArgs(const Kernel& kernel, const LaunchOp& op, std::vector<ArgValue>& out) const
+  absl::Status PackArgs(const Kernel& kernel, const LaunchOp& op, std::span<const Variable> variables,
+                        std::span<const int64_t> values, std::vector<ArgValue>& out) const
       ABSL_SHARED_LOCKS_REQUIRED(mu_);
+  absl::Status Record(const LaunchOp& op, std::shared_ptr<Program> program,
+                      std::span<const Variable> variables) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::StatusOr<Graph> GraphFromCapture(const Capture& capture, const std::vector<Handle>& outputs)
+      ABSL_SHARED_LOCKS_REQUIRED(mu_);
+  absl::StatusOr<Graph> GraphFromDef(const GraphDef& def) ABSL_SHARED_LOCKS_REQUIRED(mu_);
+  absl::StatusOr<GraphInfo> AddGraph(Graph graph) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  GraphInfo Describe(Handle handle, const GraphInstance& instance, bool cache_hit) const;
 
   const SessionId id_;
   const std::string tenant_;
-  Device* const device_;
-  CompileCache* const compile_cache_;
+  const SessionEnv env_;
   const absl::Duration lease_;
   std::atomic<int64_t> deadline_ns_;
 
   mutable absl::Mutex mu_;
   bool closed_ ABSL_GUARDED_BY(mu_) = false;
   uint64_t memory_in_use_ ABSL_GUARDED_BY(mu_) = 0;
+  std::shared_ptr<Context> context_;
   // Declared after context_, so they are destroyed (and free their memory) before it.
-  std::unique_ptr<Context> context_;
   HandleTable<Buffer> buffers_ ABSL_GUARDED_BY(mu_){"buffer"};
   HandleTable<Program> programs_ ABSL_GUARDED_BY(mu_){"program"};
+  HandleTable<GraphInstance> graphs_ ABSL_GUARDED_BY(mu_){"graph"};
+  std::optional<Capture> capture_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace replayd

@@ -166,4 +166,77 @@ grpc::Status ReplaydService::Synchronize(grpc::ServerContext* context,
   return ToGrpc((*session)->Synchronize());
 }
 
+grpc::Status ReplaydService::BeginCapture(grpc::ServerContext* context,
+                                          const v1::BeginCaptureRequest* request,
+                                          v1::BeginCaptureReply*) {
+  auto session = FindSession(context, request->session());
+  if (!session.ok()) return ToGrpc(session.status());
+  if (request->variables_size() > static_cast<int>(kMaxGraphVariables))
+    return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "too many variables");
+  std::vector<Variable> variables;
+  for (const v1::Variable& v : request->variables()) {
+    absl::StatusOr<Variable> var = FromProto(v);
+    if (!var.ok()) return ToGrpc(var.status());
+    variables.push_back(*var);
+  }
+  std::vector<Handle> inputs(request->inputs().begin(), request->inputs().end());
+  return ToGrpc((*session)->BeginCapture(inputs, variables));
+}
+
+grpc::Status ReplaydService::EndCapture(grpc::ServerContext* context,
+                                        const v1::EndCaptureRequest* request,
+                                        v1::GraphReply* reply) {
+  auto session = FindSession(context, request->session());
+  if (!session.ok()) return ToGrpc(session.status());
+  std::vector<Handle> outputs(request->outputs().begin(), request->outputs().end());
+  absl::StatusOr<replayd::GraphInfo> info = (*session)->EndCapture(outputs);
+  if (!info.ok()) return ToGrpc(info.status());
+  ToProto(*info, reply);
+  return grpc::Status::OK;
+}
+
+grpc::Status ReplaydService::DefineGraph(grpc::ServerContext* context,
+                                         const v1::DefineGraphRequest* request,
+                                         v1::GraphReply* reply) {
+  auto session = FindSession(context, request->session());
+  if (!session.ok()) return ToGrpc(session.status());
+  absl::StatusOr<GraphDef> def = FromProto(request->graph());
+  if (!def.ok()) return ToGrpc(def.status());
+  absl::StatusOr<replayd::GraphInfo> info = (*session)->DefineGraph(*def);
+  if (!info.ok()) return ToGrpc(info.status());
+  ToProto(*info, reply);
+  return grpc::Status::OK;
+}
+
+grpc::Status ReplaydService::ReplayGraph(grpc::ServerContext* context,
+                                         const v1::ReplayGraphRequest* request,
+                                         v1::ReplayGraphReply* reply) {
+  auto session = FindSession(context, request->session());
+  if (!session.ok()) return ToGrpc(session.status());
+  absl::StatusOr<ReplayOp> op = FromProto(*request);
+  if (!op.ok()) return ToGrpc(op.status());
+  absl::StatusOr<ReplayResult> result = (*session)->ReplayGraph(*op);
+  if (!result.ok()) return ToGrpc(result.status());
+  if (result->device_time) reply->set_device_seconds(absl::ToDoubleSeconds(*result->device_time));
+  for (std::string& r : result->reads) reply->add_reads(std::move(r));
+  return grpc::Status::OK;
+}
+
+grpc::Status ReplaydService::FreeGraph(grpc::ServerContext* context,
+                                       const v1::FreeGraphRequest* request, v1::FreeGraphReply*) {
+  auto session = FindSession(context, request->session());
+  if (!session.ok()) return ToGrpc(session.status());
+  return ToGrpc((*session)->FreeGraph(request->graph()));
+}
+
+grpc::Status ReplaydService::GraphInfo(grpc::ServerContext* context,
+                                       const v1::GraphInfoRequest* request, v1::GraphReply* reply) {
+  auto session = FindSession(context, request->session());
+  if (!session.ok()) return ToGrpc(session.status());
+  absl::StatusOr<replayd::GraphInfo> info = (*session)->DescribeGraph(request->graph());
+  if (!info.ok()) return ToGrpc(info.status());
+  ToProto(*info, reply);
+  return grpc::Status::OK;
+}
+
 }  // namespace replayd

@@ -43,6 +43,18 @@ class ReplaydService final : public v1::Replayd::Service {
                       v1::LaunchReply*) override;
   grpc::Status Synchronize(grpc::ServerContext*, const v1::SynchronizeRequest*,
                            v1::SynchronizeReply*) override;
+  grpc::Status BeginCapture(grpc::ServerContext*, const v1::BeginCaptureRequest*,
+                            v1::BeginCaptureReply*) override;
+  grpc::Status EndCapture(grpc::ServerContext*, const v1::EndCaptureRequest*,
+                          v1::GraphReply*) override;
+  grpc::Status DefineGraph(grpc::ServerContext*, const v1::DefineGraphRequest*,
+                           v1::GraphReply*) override;
+  grpc::Status ReplayGraph(grpc::ServerContext*, const v1::ReplayGraphRequest*,
+                           v1::ReplayGraphReply*) override;
+  grpc::Status FreeGraph(grpc::ServerContext*, const v1::FreeGraphRequest*,
+                         v1::FreeGraphReply*) override;
+  grpc::Status GraphInfo(grpc::ServerContext*, const v1::GraphInfoRequest*,
+                         v1::GraphReply*) override;
 
  private:
   // The caller's tenant. Until authentication exists every caller is "default".

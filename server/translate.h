@@ -7,13 +7,20 @@
 #include "drivers/driver.h"
 #include "engine/call.h"
 #include "engine/engine.h"
+#include "engine/session.h"
 #include "replayd/v1/replayd.pb.h"
 
 namespace replayd {
 
 absl::StatusOr<ProgramSource> FromProto(const v1::LoadProgramRequest& request);
 absl::StatusOr<LaunchOp> FromProto(const v1::LaunchRequest& request);
+absl::StatusOr<Variable> FromProto(const v1::Variable& variable);
+// An expression whose variable names resolve through `variables`.
+absl::StatusOr<Expression> FromProto(const v1::Expr& expr, std::span<const Variable> variables);
+absl::StatusOr<GraphDef> FromProto(const v1::GraphDef& def);
+absl::StatusOr<ReplayOp> FromProto(const v1::ReplayGraphRequest& request);
 void ToProto(const DeviceStatus& device, v1::Device* out);
+void ToProto(const GraphInfo& info, v1::GraphReply* out);
 
 }  // namespace replayd
 

@@ -59,6 +59,56 @@ class CpuKernel : public Kernel {
   Signature signature_;
 };
 
+// Runs one launch: n = product of global invocations, each with its index as core id.
+void RunKernel(ThreadPool& pool, Entry entry, const ArgValue* args, const Dim3& global) {
+  static_assert(sizeof(ArgValue) == sizeof(long long));
+  const auto* packed = reinterpret_cast<const long long*>(args);
+  uint64_t n = global[0] * global[1] * global[2];
+  if (n == 1) {
+    entry(packed, 0);
+  } else {
+    pool.ParallelFor(n, [&](uint64_t i) { entry(packed, static_cast<int>(i)); });
+  }
+}
+
+std::optional<absl::Duration> Elapsed(std::chrono::steady_clock::time_point start, bool wait) {
+  if (!wait) return std::nullopt;
+  return absl::FromChrono(std::chrono::steady_clock::now() - start);
+}
+
+// The CPU replay list: argument arrays prepared once, patched in place, run in order.
+class CpuDeviceGraph : public DeviceGraph {
+ public:
+  CpuDeviceGraph(ThreadPool* pool, std::span<const GraphNode> nodes) : pool_(pool) {
+    nodes_.reserve(nodes.size());
+    for (const GraphNode& n : nodes)
+      nodes_.push_back({static_cast<const CpuKernel*>(n.kernel)->entry(), n.args, n.global});
+  }
+
+  absl::Status Update(size_t node, std::span<const ArgValue> args, const Dim3& global,
+                      const Dim3&) override {
+    Node& n = nodes_[node];
+    std::copy(args.begin(), args.end(), n.args.begin());
+    n.global = global;
+    return absl::OkStatus();
+  }
+
+  absl::StatusOr<std::optional<absl::Duration>> Launch(bool wait) override {
+    auto start = std::chrono::steady_clock::now();
+    for (const Node& n : nodes_) RunKernel(*pool_, n.entry, n.args.data(), n.global);
+    return Elapsed(start, wait);
+  }
+
+ private:
+  struct Node {
+    Entry entry;
+    std::vector<ArgValue> args;
+    Dim3 global;
+  };
+  ThreadPool* pool_;
+  std::vector<Node> nodes_;
+};
+
 class CpuContext : public Context {
  public:
   explicit CpuContext(CpuDevice* device) : device_(device) {}
@@ -138,24 +188,20 @@ class CpuContext : public Context {
                                                        std::span<const ArgValue> args,
                                                        const Dim3& global, const Dim3&,
                                                        bool wait) override {
-    const auto& cpu_kernel = static_cast<const CpuKernel&>(kernel);
-    static_assert(sizeof(ArgValue) == sizeof(long long));
-    const auto* packed = reinterpret_cast<const long long*>(args.data());
-    Entry entry = cpu_kernel.entry();
-    uint64_t n = global[0] * global[1] * global[2];
     auto start = std::chrono::steady_clock::now();
-    if (n == 1) {
-      entry(packed, 0);
-    } else {
-      device_->pool().ParallelFor(
-          n, [&](uint64_t i) { entry(packed, static_cast<int>(i)); });
-    }
-    if (!wait) return std::optional<absl::Duration>();
-    return std::optional<absl::Duration>(
-        absl::FromChrono(std::chrono::steady_clock::now() - start));
+    RunKernel(device_->pool(), static_cast<const CpuKernel&>(kernel).entry(), args.data(), global);
+    return Elapsed(start, wait);
   }
 
   absl::Status Synchronize() override { return absl::OkStatus(); }
+
+  absl::StatusOr<std::unique_ptr<DeviceGraph>> Instantiate(
+      std::span<const GraphNode> nodes) override {
+    return std::make_unique<CpuDeviceGraph>(&device_->pool(), nodes);
+  }
+
+  // Every CPU context lives in the daemon's own address space.
+  uint64_t address_space() const override { return 0; }
 
  private:
   CpuDevice* device_;

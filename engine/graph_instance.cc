@@ -1,0 +1,194 @@
+#include "engine/graph_instance.h"
+
+#include <chrono>
+
+#include "absl/strings/str_cat.h"
+#include "engine/call.h"
+#include "engine/session.h"
+
+namespace replayd {
+
+std::vector<std::pair<size_t, size_t>> CutBatches(std::span<const char> batchable,
+                                                  const BatchOptions& options) {
+  std::vector<std::pair<size_t, size_t>> batches;
+  size_t limit = std::max<size_t>(1, options.first_limit);
+  size_t begin = 0;
+  auto close = [&](size_t end) {
+    if (end > begin) {
+      batches.push_back({begin, end});
+      limit *= 2;
+    }
+    begin = end;
+  };
+  for (size_t i = 0; i < batchable.size(); ++i) {
+    if (!batchable[i]) {
+      close(i);
+      batches.push_back({i, i + 1});
+      begin = i + 1;
+      continue;
+    }
+    if (i - begin == limit) close(i);
+  }
+  close(batchable.size());
+  return batches;
+}
+
+GraphInstance::GraphInstance(Graph graph, std::string structure, std::shared_ptr<Context> context)
+    : graph_(std::move(graph)),
+      structure_(std::move(structure)),
+      key_(GraphKey(structure_)),
+      context_(std::move(context)) {}
+
+GraphInstance::~GraphInstance() {
+  if (arena_) context_->Free(*arena_);
+}
+
+absl::StatusOr<std::shared_ptr<GraphInstance>> GraphInstance::Create(
+    Graph graph, std::string structure, std::shared_ptr<Context> context,
+    const BatchOptions& options) {
+  std::shared_ptr<GraphInstance> instance(
+      new GraphInstance(std::move(graph), std::move(structure), std::move(context)));
+  if (absl::Status s = instance->Prepare(options); !s.ok()) return s;
+  return instance;
+}
+
+Dim3 GraphInstance::EvaluateDims(const std::array<Expression, 3>& dims,
+                                 std::span<const int64_t> values) const {
+  return {static_cast<uint64_t>(dims[0].Evaluate(values)),
+          static_cast<uint64_t>(dims[1].Evaluate(values)),
+          static_cast<uint64_t>(dims[2].Evaluate(values))};
+}
+
+absl::Status GraphInstance::Prepare(const BatchOptions& options) {
+  const size_t n_slots = graph_.slots.size();
+  // Lifetimes of internals, in call order.
+  std::vector<int> internal_index(n_slots, -1);
+  std::vector<Lifetime> lifetimes;
+  std::vector<int> param_index(n_slots, -1);
+  for (size_t s = 0; s < n_slots; ++s) {
+    if (graph_.slots[s].kind == SlotKind::kInternal) {
+      internal_index[s] = static_cast<int>(lifetimes.size());
+      lifetimes.push_back({graph_.slots[s].bytes, SIZE_MAX, 0});
+    } else if (graph_.slots[s].kind == SlotKind::kParameter) {
+      param_index[s] = static_cast<int>(buffer_params_.size());
+      buffer_params_.push_back(static_cast<uint32_t>(s));
+    }
+  }
+  for (size_t c = 0; c < graph_.calls.size(); ++c) {
+    for (const GraphArg& a : graph_.calls[c].args) {
+      const SlotView* v = std::get_if<SlotView>(&a);
+      if (!v || internal_index[v->slot] < 0) continue;
+      Lifetime& l = lifetimes[internal_index[v->slot]];
+      l.first_use = std::min(l.first_use, c);
+      l.last_use = std::max(l.last_use, c);
+    }
+  }
+  for (Lifetime& l : lifetimes)
+    if (l.first_use == SIZE_MAX) l.first_use = l.last_use = 0;  // unused: placed anyway
+  plan_ = PlanMemory(lifetimes);
+  if (plan_.arena_bytes > 0) {
+    absl::StatusOr<Allocation> arena = context_->Allocate(plan_.arena_bytes);
+    if (!arena.ok()) return arena.status();
+    arena_ = *arena;
+  }
+  auto slot_address = [&](uint32_t s) -> uint64_t {
+    switch (graph_.slots[s].kind) {
+      case SlotKind::kInternal: return arena_->address + plan_.offsets[internal_index[s]];
+      case SlotKind::kConstant: return graph_.slots[s].constant->allocation.address;
+      case SlotKind::kParameter: return 0;  // patched at every replay
+    }
+    return 0;
+  };
+
+  // Initial values: variables at their smallest valid value.
+  std::vector<int64_t> values;
+  for (const Variable& v : graph_.variables) {
+    int64_t rem = ((v.min % v.multiple_of) + v.multiple_of) % v.multiple_of;
+    values.push_back(rem ? v.min + (v.multiple_of - rem) : v.min);
+  }
+  absl::MutexLock lock(&mu_);
+  nodes_.resize(graph_.calls.size());
+  std::vector<char> batchable(graph_.calls.size());
+  for (size_t c = 0; c < graph_.calls.size(); ++c) {
+    const GraphCall& call = graph_.calls[c];
+    GraphNode& node = nodes_[c];
+    node.kernel = call.program->kernel.get();
+    node.args.resize(call.args.size());
+    Patch patch;
+    patch.call = c;
+    for (size_t i = 0; i < call.args.size(); ++i) {
+      if (const SlotView* v = std::get_if<SlotView>(&call.args[i])) {
+        node.args[i].address = slot_address(v->slot) + v->offset;
+        if (param_index[v->slot] >= 0) patch.buffer_args.push_back({i, param_index[v->slot]});
+      } else {
+        const Expression& e = std::get<Expression>(call.args[i]);
+        node.args[i].integer = e.Evaluate(values);
+        if (e.uses_variables()) patch.expression_args.push_back(i);
+      }
+    }
+    node.global = EvaluateDims(call.global, values);
+    node.local = EvaluateDims(call.local, values);
+    for (int d = 0; d < 3; ++d)
+      patch.dims = patch.dims || call.global[d].uses_variables() || call.local[d].uses_variables();
+    if (!patch.buffer_args.empty() || !patch.expression_args.empty() || patch.dims)
+      patches_.push_back(std::move(patch));
+    batchable[c] = context_->CanBatch(node);
+  }
+  batch_of_call_.resize(graph_.calls.size());
+  index_in_batch_.resize(graph_.calls.size());
+  for (auto [begin, end] : CutBatches(batchable, options)) {
+    Batch batch{begin, end, nullptr};
+    if (end - begin > 1 || batchable[begin]) {
+      absl::StatusOr<std::unique_ptr<DeviceGraph>> g =
+          context_->Instantiate(std::span<const GraphNode>(nodes_).subspan(begin, end - begin));
+      if (!g.ok()) return g.status();
+      batch.device_graph = std::move(*g);
+    }
+    for (size_t c = begin; c < end; ++c) {
+      batch_of_call_[c] = batches_.size();
+      index_in_batch_[c] = c - begin;
+    }
+    batches_.push_back(std::move(batch));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::optional<absl::Duration>> GraphInstance::Replay(
+    std::span<const uint64_t> buffers, std::span<const int64_t> values, bool wait) {
+  absl::MutexLock lock(&mu_);
+  for (const Patch& p : patches_) {
+    const GraphCall& call = graph_.calls[p.call];
+    GraphNode& node = nodes_[p.call];
+    for (auto [arg, param] : p.buffer_args)
+      node.args[arg].address = buffers[param] + std::get<SlotView>(call.args[arg]).offset;
+    for (size_t arg : p.expression_args)
+      node.args[arg].integer = std::get<Expression>(call.args[arg]).Evaluate(values);
+    if (p.dims) {
+      node.global = EvaluateDims(call.global, values);
+      node.local = EvaluateDims(call.local, values);
+    }
+    Batch& batch = batches_[batch_of_call_[p.call]];
+    if (batch.device_graph) {
+      absl::Status s = batch.device_graph->Update(index_in_batch_[p.call], node.args, node.global, node.local);
+      if (!s.ok()) return s;
+    }
+  }
+  auto start = std::chrono::steady_clock::now();
+  for (size_t b = 0; b < batches_.size(); ++b) {
+    Batch& batch = batches_[b];
+    const bool last = b + 1 == batches_.size();
+    absl::StatusOr<std::optional<absl::Duration>> r;
+    if (batch.device_graph) {
+      r = batch.device_graph->Launch(wait && last);
+    } else {
+      const GraphNode& node = nodes_[batch.begin];
+      r = context_->Launch(*node.kernel, node.args, node.global, node.local, wait && last);
+    }
+    if (!r.ok()) return r.status();
+  }
+  replays_.fetch_add(1);
+  if (!wait) return std::optional<absl::Duration>();
+  return std::optional<absl::Duration>(absl::FromChrono(std::chrono::steady_clock::now() - start));
+}
+
+}  // namespace replayd

@@ -1,0 +1,95 @@
+// A graph instance: a checked graph made ready to replay on one context. Its internal
+// buffers are placed in one arena by the memory plan, its calls are cut into batches and
+// each batch is instantiated once as a device graph. A replay patches only the nodes that
+// depend on parameters (buffer parameter addresses, variable arguments, symbolic launch
+// dimensions) and launches the batches in order: no compile, no re-instantiation.
+//
+// Thread safety: thread-safe; replays of one instance run one at a time.
+#ifndef REPLAYD_ENGINE_GRAPH_INSTANCE_H_
+#define REPLAYD_ENGINE_GRAPH_INSTANCE_H_
+
+#include <atomic>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "drivers/driver.h"
+#include "engine/graph.h"
+#include "engine/memory_plan.h"
+
+namespace replayd {
+
+struct BatchOptions {
+  size_t first_limit = 32;  // calls in the first batch; each later batch doubles it
+};
+
+// The calls of each batch, as [begin, end) ranges: at most the limit (doubling after each
+// batch), and a call the device cannot batch alone in its own.
+std::vector<std::pair<size_t, size_t>> CutBatches(std::span<const char> batchable,
+                                                  const BatchOptions& options);
+
+class GraphInstance {
+ public:
+  // Instantiates `graph` (already checked with CheckGraph) on `context`.
+  // RESOURCE_EXHAUSTED when the arena does not fit in device memory.
+  static absl::StatusOr<std::shared_ptr<GraphInstance>> Create(
+      Graph graph, std::string structure, std::shared_ptr<Context> context,
+      const BatchOptions& options);
+  ~GraphInstance();
+
+  const Graph& graph() const { return graph_; }
+  const std::string& structure() const { return structure_; }
+  const std::string& key() const { return key_; }
+  size_t batch_count() const { return batches_.size(); }
+  const MemoryPlan& plan() const { return plan_; }
+  // The slot of each buffer parameter, in parameter order.
+  const std::vector<uint32_t>& buffer_params() const { return buffer_params_; }
+  uint64_t replays() const { return replays_.load(); }
+
+  // One replay. `buffers` holds one device address per buffer parameter, each of a
+  // buffer at least the slot's size; `values` one value per variable, each checked
+  // against its range. With `wait`, returns after completion with the device time.
+  absl::StatusOr<std::optional<absl::Duration>> Replay(std::span<const uint64_t> buffers,
+                                                       std::span<const int64_t> values,
+                                                       bool wait);
+
+ private:
+  struct Batch {
+    size_t begin = 0, end = 0;
+    std::unique_ptr<DeviceGraph> device_graph;  // null: a single call launched eagerly
+  };
+  // Where a parameter-dependent node gets its values.
+  struct Patch {
+    size_t call = 0;
+    std::vector<std::pair<size_t, size_t>> buffer_args;  // (arg, buffer parameter)
+    std::vector<size_t> expression_args;                 // args that use variables
+    bool dims = false;                                   // dimensions use variables
+  };
+
+  GraphInstance(Graph graph, std::string structure, std::shared_ptr<Context> context);
+  absl::Status Prepare(const BatchOptions& options);
+  Dim3 EvaluateDims(const std::array<Expression, 3>& dims, std::span<const int64_t> values) const;
+
+  const Graph graph_;
+  const std::string structure_;
+  const std::string key_;
+  const std::shared_ptr<Context> context_;
+  MemoryPlan plan_;
+  std::optional<Allocation> arena_;
+  std::vector<uint32_t> buffer_params_;
+
+  absl::Mutex mu_;
+  std::vector<GraphNode> nodes_ ABSL_GUARDED_BY(mu_);  // current values of every call
+  std::vector<Patch> patches_;
+  std::vector<size_t> batch_of_call_, index_in_batch_;
+  std::vector<Batch> batches_;
+  std::atomic<uint64_t> replays_{0};
+};
+
+}  // namespace replayd
+
+#endif  // REPLAYD_ENGINE_GRAPH_INSTANCE_H_
