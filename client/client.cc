@@ -157,25 +157,164 @@ absl::StatusOr<v1::LaunchReply> Session::Launch(const Program& program,
                                                 const std::vector<KernelArg>& args,
                                                 std::array<uint64_t, 3> global,
                                                 std::array<uint64_t, 3> local, bool wait) {
+  LaunchSpec spec;
+  spec.args = args;
+  spec.global = {global[0], global[1], global[2]};
+  spec.local = {local[0], local[1], local[2]};
+  spec.wait = wait;
+  return Launch(program, spec);
+}
+
+namespace {
+
+void ToProto(const Variable& v, v1::Variable* out) {
+  out->set_name(v.name);
+  out->set_min(v.min);
+  out->set_max(v.max);
+  out->set_multiple_of(v.multiple_of);
+}
+
+void ToProto(const View& v, v1::View* out) {
+  out->set_buffer(v.buffer ? v.buffer->handle() : 0);
+  out->set_offset(v.offset);
+  out->set_length(v.length);
+}
+
+// Fills numeric dimensions into `plain`, or all of them as expressions into `symbolic`
+// when any is an expression.
+void DimsToProto(const std::vector<Dim>& dims, google::protobuf::RepeatedField<uint64_t>* plain,
+                 google::protobuf::RepeatedPtrField<v1::Expr>* symbolic) {
+  bool any_expr = false;
+  for (const Dim& d : dims) any_expr = any_expr || std::holds_alternative<Expr>(d);
+  for (const Dim& d : dims) {
+    if (!any_expr) {
+      plain->Add(std::get<uint64_t>(d));
+    } else if (const Expr* e = std::get_if<Expr>(&d)) {
+      symbolic->Add()->set_text(e->text);
+    } else {
+      symbolic->Add()->set_constant(static_cast<int64_t>(std::get<uint64_t>(d)));
+    }
+  }
+}
+
+}  // namespace
+
+absl::StatusOr<v1::LaunchReply> Session::Launch(const Program& program, const LaunchSpec& spec) {
   grpc::ClientContext context;
   v1::LaunchRequest request;
   request.set_session(core_->id);
   request.set_program(program.handle());
-  for (const KernelArg& arg : args) {
+  for (const KernelArg& arg : spec.args) {
     v1::Arg* a = request.add_args();
     if (const View* v = std::get_if<View>(&arg)) {
-      a->mutable_view()->set_buffer(v->buffer ? v->buffer->handle() : 0);
-      a->mutable_view()->set_offset(v->offset);
-      a->mutable_view()->set_length(v->length);
+      ToProto(*v, a->mutable_view());
+    } else if (const Expr* e = std::get_if<Expr>(&arg)) {
+      a->mutable_expr()->set_text(e->text);
     } else {
       a->set_int_value(std::get<int64_t>(arg));
     }
   }
-  for (uint64_t g : global) request.add_global(g);
-  for (uint64_t l : local) request.add_local(l);
-  request.set_wait(wait);
+  DimsToProto(spec.global, request.mutable_global(), request.mutable_global_expr());
+  DimsToProto(spec.local, request.mutable_local(), request.mutable_local_expr());
+  for (const BoundVariable& b : spec.variables) {
+    v1::BoundVariable* bv = request.add_variables();
+    ToProto(b.variable, bv->mutable_variable());
+    bv->set_value(b.value);
+  }
+  request.set_wait(spec.wait);
   v1::LaunchReply reply;
   absl::Status s = FromGrpc(core_->stub->Launch(&context, request, &reply));
+  if (!s.ok()) return s;
+  return reply;
+}
+
+Graph& Graph::operator=(Graph&& other) noexcept {
+  if (this != &other) {
+    Release();
+    core_ = std::move(other.core_);
+    info_ = std::move(other.info_);
+    other.info_.Clear();
+  }
+  return *this;
+}
+
+Graph::~Graph() { Release(); }
+
+void Graph::Release() {
+  if (!core_ || info_.graph() == 0 || core_->closed) return;
+  grpc::ClientContext context;
+  v1::FreeGraphRequest request;
+  request.set_session(core_->id);
+  request.set_graph(info_.graph());
+  v1::FreeGraphReply reply;
+  core_->stub->FreeGraph(&context, request, &reply);
+  info_.set_graph(0);
+}
+
+absl::Status Session::BeginCapture(const std::vector<const Buffer*>& inputs,
+                                   const std::vector<Variable>& variables) {
+  grpc::ClientContext context;
+  v1::BeginCaptureRequest request;
+  request.set_session(core_->id);
+  for (const Buffer* b : inputs) request.add_inputs(b->handle());
+  for (const Variable& v : variables) ToProto(v, request.add_variables());
+  v1::BeginCaptureReply reply;
+  return FromGrpc(core_->stub->BeginCapture(&context, request, &reply));
+}
+
+absl::StatusOr<Graph> Session::EndCapture(const std::vector<const Buffer*>& outputs) {
+  grpc::ClientContext context;
+  v1::EndCaptureRequest request;
+  request.set_session(core_->id);
+  for (const Buffer* b : outputs) request.add_outputs(b->handle());
+  v1::GraphReply reply;
+  absl::Status s = FromGrpc(core_->stub->EndCapture(&context, request, &reply));
+  if (!s.ok()) return s;
+  return Graph(core_, std::move(reply));
+}
+
+absl::StatusOr<Graph> Session::DefineGraph(const v1::GraphDef& def) {
+  grpc::ClientContext context;
+  v1::DefineGraphRequest request;
+  request.set_session(core_->id);
+  *request.mutable_graph() = def;
+  v1::GraphReply reply;
+  absl::Status s = FromGrpc(core_->stub->DefineGraph(&context, request, &reply));
+  if (!s.ok()) return s;
+  return Graph(core_, std::move(reply));
+}
+
+absl::StatusOr<ReplayResult> Session::Replay(const Graph& graph, const std::vector<ParamArg>& params,
+                                             bool wait, const std::vector<View>& reads) {
+  grpc::ClientContext context;
+  v1::ReplayGraphRequest request;
+  request.set_session(core_->id);
+  request.set_graph(graph.handle());
+  for (const ParamArg& p : params) {
+    if (const Buffer* const* b = std::get_if<const Buffer*>(&p)) {
+      request.add_params()->set_buffer(*b ? (*b)->handle() : 0);
+    } else {
+      request.add_params()->set_int_value(std::get<int64_t>(p));
+    }
+  }
+  request.set_wait(wait);
+  for (const View& v : reads) ToProto(v, request.add_reads());
+  v1::ReplayGraphReply reply;
+  absl::Status s = FromGrpc(core_->stub->ReplayGraph(&context, request, &reply));
+  if (!s.ok()) return s;
+  ReplayResult result;
+  result.device_seconds = reply.device_seconds();
+  for (std::string& r : *reply.mutable_reads()) result.reads.push_back(std::move(r));
+  return result;
+}
+
+absl::StatusOr<v1::GraphReply> Session::DescribeGraph(const Graph& graph) {
+  grpc::ClientContext context;
+  v1::GraphInfoRequest request;
+  request.set_session(core_->id);
+  request.set_graph(graph.handle());
+  v1::GraphReply reply;
+  absl::Status s = FromGrpc(core_->stub->GraphInfo(&context, request, &reply));
   if (!s.ok()) return s;
   return reply;
 }

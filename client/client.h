@@ -78,8 +78,65 @@ struct View {
   uint64_t length = 0;
 };
 
-// A kernel argument: a view for a buffer parameter, an integer for an int32 or int64.
-using KernelArg = std::variant<View, int64_t>;
+// An integer expression in the text syntax, e.g. "(pos + 31) // 32".
+struct Expr {
+  std::string text;
+};
+
+// A kernel argument: a view for a buffer parameter; an integer or an expression over the
+// launch's variables for an int32 or int64.
+using KernelArg = std::variant<View, int64_t, Expr>;
+
+// A launch dimension: a number or an expression.
+using Dim = std::variant<uint64_t, Expr>;
+
+struct Variable {
+  std::string name;
+  int64_t min = 0;
+  int64_t max = 0;
+  int64_t multiple_of = 1;
+};
+
+struct BoundVariable {
+  Variable variable;
+  int64_t value = 0;
+};
+
+// A launch with variables and symbolic dimensions.
+struct LaunchSpec {
+  std::vector<KernelArg> args;
+  std::vector<Dim> global = {uint64_t{1}};
+  std::vector<Dim> local;
+  std::vector<BoundVariable> variables;
+  bool wait = false;
+};
+
+// A replay parameter: a buffer for a buffer parameter, a value for a variable.
+using ParamArg = std::variant<const Buffer*, int64_t>;
+
+// A graph handle; freed when destroyed.
+class Graph {
+ public:
+  Graph() = default;
+  Graph(Graph&&) noexcept = default;
+  Graph& operator=(Graph&& other) noexcept;
+  ~Graph();
+  uint64_t handle() const { return info_.graph(); }
+  const v1::GraphReply& info() const { return info_; }
+
+ private:
+  friend class Session;
+  Graph(std::shared_ptr<client_internal::SessionCore> core, v1::GraphReply info)
+      : core_(std::move(core)), info_(std::move(info)) {}
+  void Release();
+  std::shared_ptr<client_internal::SessionCore> core_;
+  v1::GraphReply info_;
+};
+
+struct ReplayResult {
+  double device_seconds = 0;
+  std::vector<std::string> reads;
+};
 
 struct ProgramSpec {
   std::string format = "cpu-c";
@@ -111,8 +168,19 @@ class Session {
                                          std::array<uint64_t, 3> global,
                                          std::array<uint64_t, 3> local = {1, 1, 1},
                                          bool wait = false);
+  absl::StatusOr<v1::LaunchReply> Launch(const Program& program, const LaunchSpec& spec);
   absl::Status Synchronize();
   absl::Status KeepAlive();
+
+  // Graphs: capture launches between BeginCapture and EndCapture, or define one.
+  absl::Status BeginCapture(const std::vector<const Buffer*>& inputs,
+                            const std::vector<Variable>& variables);
+  absl::StatusOr<Graph> EndCapture(const std::vector<const Buffer*>& outputs);
+  absl::StatusOr<Graph> DefineGraph(const v1::GraphDef& def);
+  // Replays `graph` with `params` in its parameter layout; returns the bytes of `reads`.
+  absl::StatusOr<ReplayResult> Replay(const Graph& graph, const std::vector<ParamArg>& params,
+                                      bool wait = false, const std::vector<View>& reads = {});
+  absl::StatusOr<v1::GraphReply> DescribeGraph(const Graph& graph);
   // Closes now; everything the session owned is freed. Later calls are NOT_FOUND.
   absl::Status Close();
 

@@ -21,6 +21,10 @@ ABSL_FLAG(std::string, cpu_cc, "cc", "C compiler for cpu-c programs");
 ABSL_FLAG(int, cpu_compile_timeout_seconds, 30, "time limit of one cpu-c compile");
 ABSL_FLAG(int, cpu_threads, 0, "parallel invocations on cpu:0 (0: one per core)");
 ABSL_FLAG(std::string, log_level, "info", "trace, debug, info, warn, error");
+ABSL_FLAG(int, graph_batch, 32, "calls in a graph's first batch; each later batch doubles it");
+ABSL_FLAG(int, graph_cache_graphs, 256, "graphs one tenant may keep cached per device");
+ABSL_FLAG(uint64_t, graph_cache_bytes, uint64_t{1} << 30,
+          "arena bytes one tenant may keep cached per device");
 ABSL_FLAG(int, shutdown_grace_seconds, 5, "time calls in flight get to finish at shutdown");
 
 namespace {
@@ -61,6 +65,13 @@ int main(int argc, char** argv) {
   options.cpu.compiler.compiler = absl::GetFlag(FLAGS_cpu_cc);
   options.cpu.compiler.time_limit = absl::Seconds(absl::GetFlag(FLAGS_cpu_compile_timeout_seconds));
   options.cpu.threads = absl::GetFlag(FLAGS_cpu_threads);
+  if (absl::GetFlag(FLAGS_graph_batch) < 1 || absl::GetFlag(FLAGS_graph_cache_graphs) < 1) {
+    spdlog::error("--graph_batch and --graph_cache_graphs must be at least 1");
+    return 2;
+  }
+  options.engine.batch.first_limit = absl::GetFlag(FLAGS_graph_batch);
+  options.engine.graph_cache.max_graphs = absl::GetFlag(FLAGS_graph_cache_graphs);
+  options.engine.graph_cache.max_bytes = absl::GetFlag(FLAGS_graph_cache_bytes);
 
   auto daemon = replayd::Daemon::Start(options);
   if (!daemon.ok()) {

@@ -27,6 +27,7 @@ class DaemonFixture : public ::testing::Test {
   struct Options {
     absl::Duration lease = absl::Seconds(60);
     uint64_t memory_limit = 256 << 20;
+    size_t graph_cache_graphs = 256;
   };
 
   void SetUp() override { Start(Options()); }
@@ -38,6 +39,7 @@ class DaemonFixture : public ::testing::Test {
     d.engine.cache_dir = cache_.path();
     d.engine.lease = options.lease;
     d.cpu.memory_limit = options.memory_limit;
+    d.engine.graph_cache.max_graphs = options.graph_cache_graphs;
     auto started = Daemon::Start(d);
     ASSERT_TRUE(started.ok()) << started.status();
     daemon_ = std::move(*started);
