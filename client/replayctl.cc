@@ -30,6 +30,8 @@ ABSL_FLAG(std::string, args, "", "run: argument specs (see --help)");
 ABSL_FLAG(std::string, global, "1", "run: global dimensions, N[,N,N]");
 ABSL_FLAG(bool, core_id, false, "run: pass the invocation index as a trailing int");
 ABSL_FLAG(std::vector<std::string>, options, {}, "run: compiler options");
+ABSL_FLAG(int, tokens, 128, "demo: tokens to generate");
+ABSL_FLAG(int, eager_steps, 32, "demo: decode steps run eagerly for comparison");
 
 namespace replayd::client {
 namespace {
@@ -188,7 +190,11 @@ int main(int argc, char** argv) {
   if (command == "devices") return replayd::client::Devices(client);
   if (command == "run" && positional.size() == 3) return replayd::client::Run(client, positional[2]);
   if (command == "demo") {
-    absl::Status s = replayd::client::RunDemo(client, absl::GetFlag(FLAGS_device), std::cout);
+    replayd::client::DemoOptions options;
+    options.device = absl::GetFlag(FLAGS_device);
+    options.tokens = absl::GetFlag(FLAGS_tokens);
+    options.eager_steps = absl::GetFlag(FLAGS_eager_steps);
+    absl::Status s = replayd::client::RunDemo(client, options, std::cout);
     return s.ok() ? 0 : replayd::client::Fail(s);
   }
   std::cerr << absl::ProgramUsageMessage() << "\n";
