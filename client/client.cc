@@ -273,6 +273,15 @@ absl::StatusOr<Graph> Session::EndCapture(const std::vector<const Buffer*>& outp
   return Graph(core_, std::move(reply));
 }
 
+absl::Status Session::DiscardCapture() {
+  grpc::ClientContext context;
+  v1::EndCaptureRequest request;
+  request.set_session(core_->id);
+  request.set_discard(true);
+  v1::GraphReply reply;
+  return FromGrpc(core_->stub->EndCapture(&context, request, &reply));
+}
+
 absl::StatusOr<Graph> Session::DefineGraph(const v1::GraphDef& def) {
   grpc::ClientContext context;
   v1::DefineGraphRequest request;

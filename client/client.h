@@ -176,6 +176,8 @@ class Session {
   absl::Status BeginCapture(const std::vector<const Buffer*>& inputs,
                             const std::vector<Variable>& variables);
   absl::StatusOr<Graph> EndCapture(const std::vector<const Buffer*>& outputs);
+  // Closes the open capture without making a graph.
+  absl::Status DiscardCapture();
   absl::StatusOr<Graph> DefineGraph(const v1::GraphDef& def);
   // Replays `graph` with `params` in its parameter layout; returns the bytes of `reads`.
   absl::StatusOr<ReplayResult> Replay(const Graph& graph, const std::vector<ParamArg>& params,

@@ -346,16 +346,21 @@ absl::StatusOr<Graph> Session::GraphFromCapture(const Capture& capture,
   return g;
 }
 
-absl::StatusOr<GraphInfo> Session::EndCapture(const std::vector<Handle>& outputs) {
+absl::StatusOr<GraphInfo> Session::EndCapture(const std::vector<Handle>& outputs, bool discard) {
   absl::MutexLock lock(&mu_);
   if (absl::Status s = CheckOpen(); !s.ok()) return s;
   if (!capture_) return absl::FailedPreconditionError("no capture is open in this session");
-  Capture capture = std::move(*capture_);
-  capture_.reset();
-  if (capture.calls.empty()) return absl::FailedPreconditionError("the capture recorded no call");
-  absl::StatusOr<Graph> g = GraphFromCapture(capture, outputs);
+  if (discard) {
+    capture_.reset();
+    return GraphInfo();
+  }
+  if (capture_->calls.empty())
+    return absl::FailedPreconditionError("the capture recorded no call; launch, or end it with discard");
+  absl::StatusOr<Graph> g = GraphFromCapture(*capture_, outputs);
   if (!g.ok()) return g.status();
-  return AddGraph(std::move(*g));
+  absl::StatusOr<GraphInfo> info = AddGraph(std::move(*g));
+  if (info.ok()) capture_.reset();
+  return info;
 }
 
 absl::StatusOr<Graph> Session::GraphFromDef(const GraphDef& def) {

@@ -161,9 +161,10 @@ class Session {
   // Opens a capture. FAILED_PRECONDITION when one is open; NOT_FOUND for an unknown input.
   absl::Status BeginCapture(const std::vector<Handle>& inputs, const std::vector<Variable>& variables);
   // Closes the capture and returns its graph (a cache hit when the same structure was
-  // seen). FAILED_PRECONDITION when no capture is open or it recorded no call; the
-  // capture is closed either way.
-  absl::StatusOr<GraphInfo> EndCapture(const std::vector<Handle>& outputs);
+  // seen). FAILED_PRECONDITION when no capture is open or it recorded no call. On any
+  // failure the capture stays open as it was; `discard` closes it with no graph
+  // (handle 0).
+  absl::StatusOr<GraphInfo> EndCapture(const std::vector<Handle>& outputs, bool discard = false);
   // The same graph as a capture would make, built from an explicit definition.
   absl::StatusOr<GraphInfo> DefineGraph(const GraphDef& def);
   absl::StatusOr<GraphInfo> DescribeGraph(Handle graph);

@@ -189,7 +189,7 @@ grpc::Status ReplaydService::EndCapture(grpc::ServerContext* context,
   auto session = FindSession(context, request->session());
   if (!session.ok()) return ToGrpc(session.status());
   std::vector<Handle> outputs(request->outputs().begin(), request->outputs().end());
-  absl::StatusOr<replayd::GraphInfo> info = (*session)->EndCapture(outputs);
+  absl::StatusOr<replayd::GraphInfo> info = (*session)->EndCapture(outputs, request->discard());
   if (!info.ok()) return ToGrpc(info.status());
   ToProto(*info, reply);
   return grpc::Status::OK;

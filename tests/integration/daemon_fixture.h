@@ -28,6 +28,7 @@ class DaemonFixture : public ::testing::Test {
     absl::Duration lease = absl::Seconds(60);
     uint64_t memory_limit = 256 << 20;
     size_t graph_cache_graphs = 256;
+    uint64_t graph_cache_bytes = uint64_t{1} << 30;
   };
 
   void SetUp() override { Start(Options()); }
@@ -40,6 +41,7 @@ class DaemonFixture : public ::testing::Test {
     d.engine.lease = options.lease;
     d.cpu.memory_limit = options.memory_limit;
     d.engine.graph_cache.max_graphs = options.graph_cache_graphs;
+    d.engine.graph_cache.max_bytes = options.graph_cache_bytes;
     auto started = Daemon::Start(d);
     ASSERT_TRUE(started.ok()) << started.status();
     daemon_ = std::move(*started);

@@ -288,6 +288,23 @@ TEST_F(GraphTest, EvictionKeepsHeldGraphsWorking) {
   EXPECT_FALSE(again->info().cache_hit());
 }
 
+TEST_F(GraphTest, EvictionByArenaBytes) {
+  // Each chain's arena is 2 KiB (two 1 KiB internals alive together).
+  Start({absl::Seconds(60), 256 << 20, 256, /*graph_cache_bytes=*/3 << 10});
+  OpenAll();
+  Buffer in = Alloc(kN * 4), out = Alloc(kN * 4), in2 = Alloc(kN * 4 + 4), out2 = Alloc(kN * 4 + 4);
+  auto a = CaptureChain(in, out, 1);
+  ASSERT_TRUE(a.ok());
+  EXPECT_EQ(a->info().cache().bytes(), 2048u);
+  auto b = CaptureChain(in2, out2, 1);
+  ASSERT_TRUE(b.ok());
+  EXPECT_EQ(b->info().cache().evictions(), 1u);
+  EXPECT_EQ(b->info().cache().graphs(), 1u);
+  EXPECT_EQ(b->info().cache().bytes(), 2048u);
+  EXPECT_FALSE(CaptureChain(in, out, 1)->info().cache_hit()) << "a was evicted";
+  EXPECT_TRUE(session_->Replay(*a, {&in, &out, int64_t{1}}).ok());
+}
+
 TEST_F(GraphTest, BufferParametersMustBeLargeEnoughAndOurs) {
   Buffer in = Alloc(kN * 4), out = Alloc(kN * 4), small = Alloc(kN * 2);
   auto graph = CaptureChain(in, out, 3);
@@ -336,9 +353,31 @@ TEST_F(GraphTest, ReplayDuringACaptureIsFailedPrecondition) {
   EXPECT_EQ(session_->BeginCapture({}, {}).code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_EQ(session_->EndCapture({}).status().code(), absl::StatusCode::kFailedPrecondition)
       << "nothing recorded";
-  EXPECT_EQ(session_->EndCapture({}).status().code(), absl::StatusCode::kFailedPrecondition)
+  EXPECT_EQ(session_->Replay(*graph, {&in, &out, int64_t{3}}).status().code(),
+            absl::StatusCode::kFailedPrecondition)
+      << "the failed EndCapture left the capture open";
+  ASSERT_TRUE(session_->DiscardCapture().ok());
+  EXPECT_EQ(session_->DiscardCapture().code(), absl::StatusCode::kFailedPrecondition)
       << "no capture open";
   EXPECT_TRUE(session_->Replay(*graph, {&in, &out, int64_t{3}}).ok());
+}
+
+TEST_F(GraphTest, AFailedEndCaptureKeepsTheRecord) {
+  Buffer in = Alloc(kN * 4), out = Alloc(kN * 4);
+  ASSERT_TRUE(session_->BeginCapture({&in}, {kPos}).ok());
+  ASSERT_TRUE(AffineAtPos(out, in, 4).ok());
+  Buffer gone = Alloc(16);
+  const uint64_t gone_handle = gone.handle();
+  gone = Buffer();
+  v1::EndCaptureRequest request;
+  request.set_session(session_->id());
+  request.add_outputs(gone_handle);
+  grpc::ClientContext ctx;
+  v1::GraphReply reply;
+  EXPECT_EQ(stub().EndCapture(&ctx, request, &reply).error_code(), grpc::StatusCode::NOT_FOUND);
+  auto graph = session_->EndCapture({&out});
+  ASSERT_TRUE(graph.ok()) << graph.status();
+  EXPECT_EQ(graph->info().calls(), 1u);
 }
 
 TEST_F(GraphTest, ConstantsStayAliveWhileAGraphHoldsThem) {
