@@ -4,10 +4,34 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "client/stream.h"
 
 namespace replayd::client {
 
 constexpr size_t kChunkBytes = 1 << 20;
+
+namespace client_internal {
+
+SessionCore::~SessionCore() { CloseStream(); }
+
+SessionStream& SessionCore::Stream() {
+  absl::MutexLock lock(&mu);
+  if (!stream || !stream->healthy()) {
+    stream.reset();
+    stream = std::make_unique<SessionStream>(*stub, id, window);
+  }
+  return *stream;
+}
+
+void SessionCore::CloseStream() {
+  std::unique_ptr<SessionStream> s;
+  {
+    absl::MutexLock lock(&mu);
+    s = std::move(stream);
+  }
+}
+
+}  // namespace client_internal
 
 absl::Status FromGrpc(const grpc::Status& status) {
   if (status.ok()) return absl::OkStatus();
@@ -73,6 +97,7 @@ Session::~Session() { Close().IgnoreError(); }
 
 absl::Status Session::Close() {
   if (!core_ || core_->closed.exchange(true)) return absl::OkStatus();
+  core_->CloseStream();
   grpc::ClientContext context;
   v1::CloseSessionRequest request;
   request.set_session(core_->id);
@@ -293,28 +318,110 @@ absl::StatusOr<Graph> Session::DefineGraph(const v1::GraphDef& def) {
   return Graph(core_, std::move(reply));
 }
 
-absl::StatusOr<ReplayResult> Session::Replay(const Graph& graph, const std::vector<ParamArg>& params,
-                                             bool wait, const std::vector<View>& reads) {
-  grpc::ClientContext context;
-  v1::ReplayGraphRequest request;
-  request.set_session(core_->id);
-  request.set_graph(graph.handle());
+namespace {
+
+void ParamsToProto(const std::vector<ParamArg>& params,
+                   google::protobuf::RepeatedPtrField<v1::ParamValue>* out) {
   for (const ParamArg& p : params) {
     if (const Buffer* const* b = std::get_if<const Buffer*>(&p)) {
-      request.add_params()->set_buffer(*b ? (*b)->handle() : 0);
+      out->Add()->set_buffer(*b ? (*b)->handle() : 0);
     } else {
-      request.add_params()->set_int_value(std::get<int64_t>(p));
+      out->Add()->set_int_value(std::get<int64_t>(p));
     }
   }
-  request.set_wait(wait);
-  for (const View& v : reads) ToProto(v, request.add_reads());
-  v1::ReplayGraphReply reply;
-  absl::Status s = FromGrpc(core_->stub->ReplayGraph(&context, request, &reply));
-  if (!s.ok()) return s;
+}
+
+void ReplayToProto(const Graph& graph, const std::vector<ParamArg>& params, bool wait,
+                   const std::vector<View>& reads, v1::ReplayGraphRequest* request) {
+  request->set_graph(graph.handle());
+  ParamsToProto(params, request->mutable_params());
+  request->set_wait(wait);
+  for (const View& v : reads) ToProto(v, request->add_reads());
+}
+
+ReplayResult FromProto(v1::ReplayGraphReply& reply) {
   ReplayResult result;
   result.device_seconds = reply.device_seconds();
   for (std::string& r : *reply.mutable_reads()) result.reads.push_back(std::move(r));
   return result;
+}
+
+absl::Status ReplyStatus(const v1::SessionReply& reply) {
+  return absl::Status(static_cast<absl::StatusCode>(reply.code()), reply.message());
+}
+
+}  // namespace
+
+absl::StatusOr<ReplayResult> Session::ReplayUnary(const Graph& graph, const std::vector<ParamArg>& params,
+                                                  bool wait, const std::vector<View>& reads) {
+  grpc::ClientContext context;
+  v1::ReplayGraphRequest request;
+  request.set_session(core_->id);
+  ReplayToProto(graph, params, wait, reads, &request);
+  v1::ReplayGraphReply reply;
+  absl::Status s = FromGrpc(core_->stub->ReplayGraph(&context, request, &reply));
+  if (!s.ok()) return s;
+  return FromProto(reply);
+}
+
+std::future<absl::StatusOr<ReplayResult>> Session::ReplayAsync(const Graph& graph,
+                                                               const std::vector<ParamArg>& params,
+                                                               bool wait, const std::vector<View>& reads) {
+  auto promise = std::make_shared<std::promise<absl::StatusOr<ReplayResult>>>();
+  std::future<absl::StatusOr<ReplayResult>> future = promise->get_future();
+  v1::SessionRequest request;
+  ReplayToProto(graph, params, wait, reads, request.mutable_replay());
+  core_->Stream().Submit(request, [promise](absl::StatusOr<v1::SessionReply> reply) {
+    if (!reply.ok()) return promise->set_value(reply.status());
+    if (reply->code() != 0) return promise->set_value(ReplyStatus(*reply));
+    promise->set_value(FromProto(*reply->mutable_replay()));
+  });
+  return future;
+}
+
+absl::StatusOr<ReplayResult> Session::Replay(const Graph& graph, const std::vector<ParamArg>& params,
+                                             bool wait, const std::vector<View>& reads) {
+  return ReplayAsync(graph, params, wait, reads).get();
+}
+
+absl::StatusOr<SequenceResult> Session::ReplaySequence(const Graph& graph, const SequenceSpec& spec,
+                                                       const SequenceReadsFn& on_reads) {
+  v1::SessionRequest request;
+  v1::ReplaySequenceRequest* seq = request.mutable_replay_sequence();
+  seq->set_graph(graph.handle());
+  for (const auto& vector : spec.vectors) ParamsToProto(vector, seq->add_vectors()->mutable_params());
+  ParamsToProto(spec.base, seq->mutable_base());
+  seq->set_step_param(spec.step_param);
+  seq->set_step(spec.step);
+  seq->set_count(spec.count);
+  for (const View& v : spec.reads) ToProto(v, seq->add_reads());
+  seq->set_stream_reads(spec.stream_reads);
+  auto to_reads = [](v1::ReplaySequenceReply& r) {
+    std::vector<std::string> reads;
+    for (std::string& b : *r.mutable_reads()) reads.push_back(std::move(b));
+    return reads;
+  };
+  std::promise<absl::StatusOr<SequenceResult>> promise;
+  std::future<absl::StatusOr<SequenceResult>> future = promise.get_future();
+  core_->Stream().Submit(
+      request,
+      [&](absl::StatusOr<v1::SessionReply> reply) {
+        if (!reply.ok()) return promise.set_value(reply.status());
+        if (reply->code() != 0) return promise.set_value(ReplyStatus(*reply));
+        v1::ReplaySequenceReply* r = reply->mutable_sequence();
+        SequenceResult result;
+        result.replays = r->replays();
+        result.device_seconds = r->device_seconds();
+        result.reads = to_reads(*r);
+        if (on_reads && spec.stream_reads) on_reads(r->index(), result.reads);
+        promise.set_value(std::move(result));
+      },
+      [&](const v1::SessionReply& partial) {
+        if (!on_reads) return;
+        v1::ReplaySequenceReply r = partial.sequence();
+        on_reads(r.index(), to_reads(r));
+      });
+  return future.get();
 }
 
 absl::StatusOr<v1::GraphReply> Session::DescribeGraph(const Graph& graph) {
@@ -344,12 +451,12 @@ absl::Status Session::KeepAlive() {
   return FromGrpc(core_->stub->KeepAlive(&context, request, &reply));
 }
 
-Client Client::Connect(const std::string& target) {
+Client Client::Connect(const std::string& target, size_t stream_window) {
   grpc::ChannelArguments args;
   args.SetMaxReceiveMessageSize(20 << 20);
   args.SetMaxSendMessageSize(20 << 20);
   auto channel = grpc::CreateCustomChannel(target, grpc::InsecureChannelCredentials(), args);
-  return Client(std::shared_ptr<v1::Replayd::Stub>(v1::Replayd::NewStub(channel)));
+  return Client(std::shared_ptr<v1::Replayd::Stub>(v1::Replayd::NewStub(channel)), stream_window);
 }
 
 absl::StatusOr<std::vector<v1::Device>> Client::ListDevices() {
@@ -370,6 +477,7 @@ absl::StatusOr<Session> Client::OpenSession(const std::string& device) {
   auto core = std::make_shared<client_internal::SessionCore>();
   core->stub = stub_;
   core->id = reply.session();
+  core->window = window_;
   return Session(std::move(core), reply.lease_seconds());
 }
 

@@ -4,6 +4,10 @@
 //
 // Thread safety: a Client may be shared between threads. A Session and its handles may
 // be used from several threads; the daemon orders their operations as they arrive.
+//
+// Replays go over the session's Session stream (opened on first use); everything else is
+// a unary RPC. Stream operations are ordered among themselves; a unary call is not
+// ordered with stream operations still in flight, so wait on their futures first.
 #ifndef REPLAYD_CLIENT_CLIENT_H_
 #define REPLAYD_CLIENT_CLIENT_H_
 
@@ -16,18 +20,32 @@
 #include <variant>
 #include <vector>
 
+#include <functional>
+#include <future>
+
 #include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
 #include "replayd/v1/replayd.grpc.pb.h"
 
 namespace replayd::client {
 
 absl::Status FromGrpc(const grpc::Status& status);
 
+class SessionStream;
+
 namespace client_internal {
 struct SessionCore {
+  ~SessionCore();
+  // The session's stream, opened on first use and again after it breaks.
+  SessionStream& Stream();
+  void CloseStream();
+
   std::shared_ptr<v1::Replayd::Stub> stub;
   uint64_t id = 0;
+  size_t window = 64;
   std::atomic<bool> closed{false};
+  absl::Mutex mu;
+  std::unique_ptr<SessionStream> stream ABSL_GUARDED_BY(mu);
 };
 }  // namespace client_internal
 
@@ -138,6 +156,27 @@ struct ReplayResult {
   std::vector<std::string> reads;
 };
 
+// K replays of one graph in one request: `vectors`, or `base` with the parameter at
+// index `step_param` increased by `step` after each of `count` replays.
+struct SequenceSpec {
+  std::vector<std::vector<ParamArg>> vectors;
+  std::vector<ParamArg> base;
+  uint32_t step_param = 0;
+  int64_t step = 1;
+  uint32_t count = 0;
+  std::vector<View> reads;
+  bool stream_reads = false;  // every replay's reads, as they complete
+};
+
+struct SequenceResult {
+  uint32_t replays = 0;
+  double device_seconds = 0;
+  std::vector<std::string> reads;  // the last replay's
+};
+
+// Called with each replay's index and reads as they arrive (stream_reads).
+using SequenceReadsFn = std::function<void(uint32_t index, std::vector<std::string> reads)>;
+
 struct ProgramSpec {
   std::string format = "cpu-c";
   std::string code;
@@ -179,9 +218,23 @@ class Session {
   // Closes the open capture without making a graph.
   absl::Status DiscardCapture();
   absl::StatusOr<Graph> DefineGraph(const v1::GraphDef& def);
-  // Replays `graph` with `params` in its parameter layout; returns the bytes of `reads`.
+  // Replays `graph` with `params` in its parameter layout over the session's stream and
+  // returns the bytes of `reads`. ReplayAsync returns at once: replays issued from one
+  // thread run in order, and the client may queue many (up to the stream window) before
+  // waiting on any.
   absl::StatusOr<ReplayResult> Replay(const Graph& graph, const std::vector<ParamArg>& params,
                                       bool wait = false, const std::vector<View>& reads = {});
+  std::future<absl::StatusOr<ReplayResult>> ReplayAsync(const Graph& graph,
+                                                        const std::vector<ParamArg>& params,
+                                                        bool wait = false,
+                                                        const std::vector<View>& reads = {});
+  // One request for a whole sequence; `on_reads` gets each replay's reads with
+  // stream_reads.
+  absl::StatusOr<SequenceResult> ReplaySequence(const Graph& graph, const SequenceSpec& spec,
+                                                const SequenceReadsFn& on_reads = nullptr);
+  // The same replay as one unary ReplayGraph RPC, without the stream.
+  absl::StatusOr<ReplayResult> ReplayUnary(const Graph& graph, const std::vector<ParamArg>& params,
+                                           bool wait = false, const std::vector<View>& reads = {});
   absl::StatusOr<v1::GraphReply> DescribeGraph(const Graph& graph);
   // Closes now; everything the session owned is freed. Later calls are NOT_FOUND.
   absl::Status Close();
@@ -210,15 +263,18 @@ class Session {
 class Client {
  public:
   // A client of the daemon at `target` ("127.0.0.1:7070"). The connection is made lazily.
-  static Client Connect(const std::string& target);
+  // `stream_window`: operations a session's stream may have outstanding.
+  static Client Connect(const std::string& target, size_t stream_window = 64);
 
   absl::StatusOr<std::vector<v1::Device>> ListDevices();
   absl::StatusOr<Session> OpenSession(const std::string& device);
   v1::Replayd::Stub& stub() { return *stub_; }
 
  private:
-  explicit Client(std::shared_ptr<v1::Replayd::Stub> stub) : stub_(std::move(stub)) {}
+  Client(std::shared_ptr<v1::Replayd::Stub> stub, size_t window)
+      : stub_(std::move(stub)), window_(window) {}
   std::shared_ptr<v1::Replayd::Stub> stub_;
+  size_t window_;
 };
 
 // Builds a signature param list from a compact text: comma-separated "in", "out",

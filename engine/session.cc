@@ -1,5 +1,6 @@
 #include "engine/session.h"
 
+#include <chrono>
 #include <limits>
 
 #include "absl/container/flat_hash_map.h"
@@ -448,32 +449,32 @@ absl::Status Session::FreeGraph(Handle graph) {
   return graphs_.Remove(graph).status();
 }
 
-absl::StatusOr<ReplayResult> Session::ReplayGraph(const ReplayOp& op) {
-  absl::MutexLock lock(&mu_);
+absl::StatusOr<std::shared_ptr<GraphInstance>> Session::FindReplayable(Handle graph) const {
   if (absl::Status s = CheckOpen(); !s.ok()) return s;
   if (capture_) return absl::FailedPreconditionError("ReplayGraph while a capture is open");
-  absl::StatusOr<std::shared_ptr<GraphInstance>> found = graphs_.Find(op.graph);
-  if (!found.ok()) return found.status();
-  GraphInstance& g = **found;
+  return graphs_.Find(graph);
+}
+
+absl::Status Session::ResolveParams(const GraphInstance& g, std::span<const ParamValue> params,
+                                    std::vector<uint64_t>& addresses,
+                                    std::vector<int64_t>& values) const {
   const std::vector<uint32_t>& buffer_params = g.buffer_params();
   const std::vector<Variable>& variables = g.graph().variables;
   const size_t expected = buffer_params.size() + variables.size();
-  if (op.params.size() != expected) {
-    std::string missing = op.params.size() < expected
-                              ? (op.params.size() < buffer_params.size()
-                                     ? absl::StrCat(" (buffer parameter ", op.params.size(), " is missing)")
-                                     : absl::StrCat(" (variable ", variables[op.params.size() - buffer_params.size()].name, " is missing)"))
-                              : "";
-    return absl::InvalidArgumentError(absl::StrCat("graph ", op.graph, " takes ", expected,
-                                                   " parameters, got ", op.params.size(), missing));
+  if (params.size() != expected) {
+    std::string missing;
+    if (params.size() < buffer_params.size())
+      missing = absl::StrCat(" (buffer parameter ", params.size(), " is missing)");
+    else if (params.size() < expected)
+      missing = absl::StrCat(" (variable ", variables[params.size() - buffer_params.size()].name, " is missing)");
+    return absl::InvalidArgumentError(
+        absl::StrCat("the graph takes ", expected, " parameters, got ", params.size(), missing));
   }
-  thread_local std::vector<uint64_t> addresses;
-  thread_local std::vector<int64_t> values;
   addresses.resize(buffer_params.size());
   values.resize(variables.size());
-  for (size_t i = 0; i < op.params.size(); ++i) {
+  for (size_t i = 0; i < params.size(); ++i) {
     if (i < buffer_params.size()) {
-      const BufferParam* bp = std::get_if<BufferParam>(&op.params[i]);
+      const BufferParam* bp = std::get_if<BufferParam>(&params[i]);
       if (!bp) return absl::InvalidArgumentError(absl::StrCat("parameter ", i, " must be a buffer"));
       absl::StatusOr<std::shared_ptr<Buffer>> b = FindBuffer(bp->buffer);
       if (!b.ok()) return absl::NotFoundError(absl::StrCat("parameter ", i, ": ", b.status().message()));
@@ -484,38 +485,123 @@ absl::StatusOr<ReplayResult> Session::ReplayGraph(const ReplayOp& op) {
       addresses[i] = (*b)->allocation.address;
       continue;
     }
-    const int64_t* v = std::get_if<int64_t>(&op.params[i]);
     const Variable& var = variables[i - buffer_params.size()];
+    const int64_t* v = std::get_if<int64_t>(&params[i]);
     if (!v) return absl::InvalidArgumentError(absl::StrCat("parameter ", i, " (variable ", var.name, ") must be a value"));
     if (absl::Status s = CheckValue(var, *v); !s.ok()) return s;
     values[i - buffer_params.size()] = *v;
   }
-  // Reads are checked before the replay runs, too.
-  std::vector<std::pair<std::shared_ptr<Buffer>, std::pair<uint64_t, uint64_t>>> reads;
-  uint64_t read_bytes = 0;
-  for (size_t i = 0; i < op.reads.size(); ++i) {
-    absl::StatusOr<std::shared_ptr<Buffer>> b = FindBuffer(op.reads[i].buffer);
-    if (!b.ok()) return absl::NotFoundError(absl::StrCat("read ", i, ": ", b.status().message()));
-    absl::StatusOr<std::pair<uint64_t, uint64_t>> r = ResolveView(op.reads[i], (*b)->allocation.bytes);
-    if (!r.ok()) return absl::InvalidArgumentError(absl::StrCat("read ", i, ": ", r.status().message()));
-    read_bytes += r->second;
-    if (read_bytes > kMaxReplayReadBytes)
-      return absl::InvalidArgumentError(absl::StrCat("reads exceed ", kMaxReplayReadBytes, " bytes in all"));
-    reads.push_back({*b, *r});
-  }
-  absl::StatusOr<std::optional<absl::Duration>> time =
-      g.Replay(addresses, values, op.wait || !reads.empty());
-  if (!time.ok()) return time.status();
-  ReplayResult result;
-  if (op.wait) result.device_time = *time;
-  result.reads.resize(reads.size());
+  return absl::OkStatus();
+}
+
+absl::Status Session::ResolveReads(std::span<const ViewArg> reads, std::vector<ResolvedRead>& out) const {
+  out.clear();
+  uint64_t total = 0;
   for (size_t i = 0; i < reads.size(); ++i) {
-    auto& [buffer, range] = reads[i];
-    result.reads[i].resize(range.second);
-    absl::Status s = context_->Read(buffer->allocation, range.first,
-                                    {reinterpret_cast<uint8_t*>(result.reads[i].data()), range.second});
+    absl::StatusOr<std::shared_ptr<Buffer>> b = FindBuffer(reads[i].buffer);
+    if (!b.ok()) return absl::NotFoundError(absl::StrCat("read ", i, ": ", b.status().message()));
+    absl::StatusOr<std::pair<uint64_t, uint64_t>> r = ResolveView(reads[i], (*b)->allocation.bytes);
+    if (!r.ok()) return absl::InvalidArgumentError(absl::StrCat("read ", i, ": ", r.status().message()));
+    total += r->second;
+    if (total > kMaxReplayReadBytes)
+      return absl::InvalidArgumentError(absl::StrCat("reads exceed ", kMaxReplayReadBytes, " bytes in all"));
+    out.push_back({*b, r->first, r->second});
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Session::TakeReads(std::span<const ResolvedRead> reads, std::vector<std::string>& out) {
+  out.resize(reads.size());
+  for (size_t i = 0; i < reads.size(); ++i) {
+    out[i].resize(reads[i].length);
+    absl::Status s = context_->Read(reads[i].buffer->allocation, reads[i].offset,
+                                    {reinterpret_cast<uint8_t*>(out[i].data()), reads[i].length});
     if (!s.ok()) return s;
   }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<ReplayResult> Session::ReplayGraph(const ReplayOp& op) {
+  ReplayResult result;
+  if (absl::Status s = ReplayGraph(op, result); !s.ok()) return s;
+  return result;
+}
+
+absl::Status Session::ReplayGraph(const ReplayOp& op, ReplayResult& result) {
+  absl::MutexLock lock(&mu_);
+  absl::StatusOr<std::shared_ptr<GraphInstance>> g = FindReplayable(op.graph);
+  if (!g.ok()) return g.status();
+  thread_local std::vector<uint64_t> addresses;
+  thread_local std::vector<int64_t> values;
+  thread_local std::vector<ResolvedRead> reads;
+  if (absl::Status s = ResolveParams(**g, op.params, addresses, values); !s.ok()) return s;
+  if (absl::Status s = ResolveReads(op.reads, reads); !s.ok()) return s;
+  absl::StatusOr<std::optional<absl::Duration>> time =
+      (*g)->Replay(addresses, values, op.wait || !reads.empty());
+  if (!time.ok()) return time.status();
+  result.device_time = op.wait ? *time : std::nullopt;
+  return TakeReads(reads, result.reads);
+}
+
+absl::StatusOr<SequenceResult> Session::ReplaySequence(const ReplaySequenceOp& op,
+                                                       const ReplayCallback& on_replay) {
+  absl::MutexLock lock(&mu_);
+  absl::StatusOr<std::shared_ptr<GraphInstance>> found = FindReplayable(op.graph);
+  if (!found.ok()) return found.status();
+  GraphInstance& g = **found;
+  const bool stepping = op.vectors.empty();
+  const uint64_t count = stepping ? op.count : op.vectors.size();
+  if (count == 0 || count > kMaxSequenceReplays)
+    return absl::InvalidArgumentError(absl::StrCat("a sequence runs 1 to ", kMaxSequenceReplays,
+                                                   " replays, not ", count));
+  if (!stepping && (op.count != 0 || !op.base.empty()))
+    return absl::InvalidArgumentError("a sequence takes vectors or a base with a step, not both");
+  // Every vector is checked before the first replay runs. With a step, the first and the
+  // last values bound the rest, and a step that is a multiple keeps every value one.
+  std::vector<std::vector<uint64_t>> addresses(stepping ? 1 : count);
+  std::vector<std::vector<int64_t>> values(stepping ? 1 : count);
+  std::vector<ResolvedRead> reads;
+  if (stepping) {
+    if (absl::Status s = ResolveParams(g, op.base, addresses[0], values[0]); !s.ok()) return s;
+    const size_t first_var = g.buffer_params().size();
+    if (op.step_param < first_var || op.step_param >= op.base.size())
+      return absl::InvalidArgumentError(absl::StrCat("step_param ", op.step_param, " is not a variable parameter"));
+    const Variable& var = g.graph().variables[op.step_param - first_var];
+    int64_t span, last;
+    if (__builtin_mul_overflow(static_cast<int64_t>(count - 1), op.step, &span) ||
+        __builtin_add_overflow(values[0][op.step_param - first_var], span, &last))
+      return absl::InvalidArgumentError(absl::StrCat("variable ", var.name, " overflows over the sequence"));
+    if (absl::Status s = CheckValue(var, last); !s.ok())
+      return absl::InvalidArgumentError(absl::StrCat("replay ", count - 1, ": ", s.message()));
+    if (op.step % var.multiple_of != 0)
+      return absl::InvalidArgumentError(absl::StrCat("step ", op.step, " of variable ", var.name,
+                                                     " is not a multiple of ", var.multiple_of));
+  } else {
+    for (uint64_t i = 0; i < count; ++i) {
+      absl::Status s = ResolveParams(g, op.vectors[i], addresses[i], values[i]);
+      if (!s.ok()) return absl::Status(s.code(), absl::StrCat("replay ", i, ": ", s.message()));
+    }
+  }
+  if (absl::Status s = ResolveReads(op.reads, reads); !s.ok()) return s;
+
+  SequenceResult result;
+  ReplayResult step_result;
+  const size_t stepped = op.step_param - (stepping ? g.buffer_params().size() : 0);
+  auto start = std::chrono::steady_clock::now();
+  for (uint64_t i = 0; i < count; ++i) {
+    const bool report = op.stream_reads || i + 1 == count;
+    const std::vector<uint64_t>& a = addresses[stepping ? 0 : i];
+    std::vector<int64_t>& v = values[stepping ? 0 : i];
+    absl::StatusOr<std::optional<absl::Duration>> time = g.Replay(a, v, report && !reads.empty());
+    if (!time.ok()) return time.status();
+    ++result.replays;
+    if (stepping) v[stepped] += op.step;
+    if (!report) continue;
+    if (absl::Status s = TakeReads(reads, step_result.reads); !s.ok()) return s;
+    if (absl::Status s = on_replay(i, step_result); !s.ok()) return s;
+  }
+  if (absl::Status s = context_->Synchronize(); !s.ok()) return s;
+  result.device_time = absl::FromChrono(std::chrono::steady_clock::now() - start);
   return result;
 }
 

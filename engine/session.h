@@ -17,6 +17,7 @@
 #define REPLAYD_ENGINE_SESSION_H_
 
 #include <atomic>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <span>
@@ -109,6 +110,31 @@ struct ReplayResult {
   std::vector<std::string> reads;
 };
 
+// K replays of one graph back to back: the vectors given, or `base` with the variable at
+// layout index `step_param` increased by `step` after each of `count` replays.
+struct ReplaySequenceOp {
+  Handle graph = 0;
+  std::vector<std::vector<ParamValue>> vectors;
+  std::vector<ParamValue> base;
+  size_t step_param = 0;
+  int64_t step = 0;
+  uint64_t count = 0;
+  std::vector<ViewArg> reads;  // taken after each replay that reports them
+  bool stream_reads = false;   // report every replay's reads, not only the last's
+};
+
+// Most replays in one sequence.
+inline constexpr uint64_t kMaxSequenceReplays = 1 << 20;
+
+struct SequenceResult {
+  uint64_t replays = 0;
+  absl::Duration device_time;
+};
+
+// Called after a replay of a sequence with its index and reads; a non-OK status stops
+// the sequence (the replays before it stay done).
+using ReplayCallback = std::function<absl::Status(uint64_t index, const ReplayResult& result)>;
+
 // What a session needs from the engine; all of it outlives the session.
 struct SessionEnv {
   Device* device = nullptr;
@@ -172,6 +198,12 @@ class Session {
   // Replays a graph with a parameter vector; checks everything before anything runs.
   // FAILED_PRECONDITION while capturing.
   absl::StatusOr<ReplayResult> ReplayGraph(const ReplayOp& op);
+  // The same into `result`, reusing its storage (the stream's hot path).
+  absl::Status ReplayGraph(const ReplayOp& op, ReplayResult& result);
+  // Replays a sequence, checking every parameter vector and read before the first replay.
+  // `on_replay` gets the reads of every replay with stream_reads, else of the last only.
+  absl::StatusOr<SequenceResult> ReplaySequence(const ReplaySequenceOp& op,
+                                                const ReplayCallback& on_replay);
 
   // Bytes of device memory held by this session's buffers.
   uint64_t memory_in_use() const;
@@ -207,6 +239,21 @@ class Session {
   absl::StatusOr<Graph> GraphFromDef(const GraphDef& def) ABSL_SHARED_LOCKS_REQUIRED(mu_);
   absl::StatusOr<GraphInfo> AddGraph(Graph graph) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   GraphInfo Describe(Handle handle, const GraphInstance& instance, bool cache_hit) const;
+  // Checks one parameter vector against `g` and resolves it to device addresses and
+  // variable values.
+  absl::Status ResolveParams(const GraphInstance& g, std::span<const ParamValue> params,
+                             std::vector<uint64_t>& addresses, std::vector<int64_t>& values) const
+      ABSL_SHARED_LOCKS_REQUIRED(mu_);
+  struct ResolvedRead {
+    std::shared_ptr<Buffer> buffer;
+    uint64_t offset = 0, length = 0;
+  };
+  absl::Status ResolveReads(std::span<const ViewArg> reads, std::vector<ResolvedRead>& out) const
+      ABSL_SHARED_LOCKS_REQUIRED(mu_);
+  absl::Status TakeReads(std::span<const ResolvedRead> reads, std::vector<std::string>& out)
+      ABSL_SHARED_LOCKS_REQUIRED(mu_);
+  absl::StatusOr<std::shared_ptr<GraphInstance>> FindReplayable(Handle graph) const
+      ABSL_SHARED_LOCKS_REQUIRED(mu_);
 
   const SessionId id_;
   const std::string tenant_;

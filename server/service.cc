@@ -1,6 +1,7 @@
 #include "server/service.h"
 
 #include "absl/strings/str_cat.h"
+#include "server/session_stream.h"
 #include "server/status.h"
 #include "server/translate.h"
 
@@ -8,7 +9,7 @@ namespace replayd {
 
 absl::string_view ReplaydService::Tenant(const grpc::ServerContext*) { return "default"; }
 
-absl::StatusOr<std::shared_ptr<Session>> ReplaydService::FindSession(
+absl::StatusOr<std::shared_ptr<replayd::Session>> ReplaydService::FindSession(
     const grpc::ServerContext* context, SessionId id) {
   return engine_->FindSession(Tenant(context), id);
 }
@@ -237,6 +238,12 @@ grpc::Status ReplaydService::GraphInfo(grpc::ServerContext* context,
   if (!info.ok()) return ToGrpc(info.status());
   ToProto(*info, reply);
   return grpc::Status::OK;
+}
+
+grpc::Status ReplaydService::Session(
+    grpc::ServerContext* context,
+    grpc::ServerReaderWriter<v1::SessionReply, v1::SessionRequest>* stream) {
+  return ServeSessionStream(*engine_, Tenant(context), context, stream);
 }
 
 }  // namespace replayd

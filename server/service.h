@@ -55,11 +55,13 @@ class ReplaydService final : public v1::Replayd::Service {
                          v1::FreeGraphReply*) override;
   grpc::Status GraphInfo(grpc::ServerContext*, const v1::GraphInfoRequest*,
                          v1::GraphReply*) override;
+  grpc::Status Session(grpc::ServerContext*,
+                       grpc::ServerReaderWriter<v1::SessionReply, v1::SessionRequest>*) override;
 
  private:
   // The caller's tenant. Until authentication exists every caller is "default".
   static absl::string_view Tenant(const grpc::ServerContext* context);
-  absl::StatusOr<std::shared_ptr<Session>> FindSession(const grpc::ServerContext* context,
+  absl::StatusOr<std::shared_ptr<replayd::Session>> FindSession(const grpc::ServerContext* context,
                                                        SessionId id);
 
   Engine* const engine_;

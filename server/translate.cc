@@ -224,23 +224,62 @@ absl::StatusOr<GraphDef> FromProto(const v1::GraphDef& def) {
   return out;
 }
 
-absl::StatusOr<ReplayOp> FromProto(const v1::ReplayGraphRequest& request) {
-  ReplayOp op;
-  op.graph = request.graph();
-  op.wait = request.wait();
-  if (request.params_size() > static_cast<int>(kMaxGraphSlots + kMaxGraphVariables))
+namespace {
+
+absl::Status ParamsFromProto(const google::protobuf::RepeatedPtrField<v1::ParamValue>& params,
+                             std::vector<ParamValue>& out) {
+  if (params.size() > static_cast<int>(kMaxGraphSlots + kMaxGraphVariables))
     return absl::InvalidArgumentError("too many parameters");
-  if (request.reads_size() > 1024) return absl::InvalidArgumentError("more than 1024 reads");
-  op.params.reserve(request.params_size());
-  for (int i = 0; i < request.params_size(); ++i) {
-    const v1::ParamValue& p = request.params(i);
+  out.clear();
+  for (int i = 0; i < params.size(); ++i) {
+    const v1::ParamValue& p = params[i];
     switch (p.value_case()) {
-      case v1::ParamValue::kBuffer: op.params.emplace_back(BufferParam{p.buffer()}); break;
-      case v1::ParamValue::kIntValue: op.params.emplace_back(p.int_value()); break;
+      case v1::ParamValue::kBuffer: out.emplace_back(BufferParam{p.buffer()}); break;
+      case v1::ParamValue::kIntValue: out.emplace_back(p.int_value()); break;
       default: return absl::InvalidArgumentError(absl::StrCat("parameter ", i, " has no value"));
     }
   }
-  for (const v1::View& v : request.reads()) op.reads.push_back({v.buffer(), v.offset(), v.length()});
+  return absl::OkStatus();
+}
+
+absl::Status ReadsFromProto(const google::protobuf::RepeatedPtrField<v1::View>& reads,
+                            std::vector<ViewArg>& out) {
+  if (reads.size() > 1024) return absl::InvalidArgumentError("more than 1024 reads");
+  out.clear();
+  for (const v1::View& v : reads) out.push_back({v.buffer(), v.offset(), v.length()});
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status FromProto(const v1::ReplayGraphRequest& request, ReplayOp& op) {
+  op.graph = request.graph();
+  op.wait = request.wait();
+  if (absl::Status s = ParamsFromProto(request.params(), op.params); !s.ok()) return s;
+  return ReadsFromProto(request.reads(), op.reads);
+}
+
+absl::StatusOr<ReplayOp> FromProto(const v1::ReplayGraphRequest& request) {
+  ReplayOp op;
+  if (absl::Status s = FromProto(request, op); !s.ok()) return s;
+  return op;
+}
+
+absl::StatusOr<ReplaySequenceOp> FromProto(const v1::ReplaySequenceRequest& request) {
+  ReplaySequenceOp op;
+  op.graph = request.graph();
+  if (request.vectors_size() > static_cast<int>(kMaxSequenceReplays))
+    return absl::InvalidArgumentError("too many parameter vectors");
+  op.vectors.resize(request.vectors_size());
+  for (int i = 0; i < request.vectors_size(); ++i)
+    if (absl::Status s = ParamsFromProto(request.vectors(i).params(), op.vectors[i]); !s.ok())
+      return absl::Status(s.code(), absl::StrCat("vector ", i, ": ", s.message()));
+  if (absl::Status s = ParamsFromProto(request.base(), op.base); !s.ok()) return s;
+  op.step_param = request.step_param();
+  op.step = request.step();
+  op.count = request.count();
+  op.stream_reads = request.stream_reads();
+  if (absl::Status s = ReadsFromProto(request.reads(), op.reads); !s.ok()) return s;
   return op;
 }
 

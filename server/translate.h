@@ -19,6 +19,9 @@ absl::StatusOr<Variable> FromProto(const v1::Variable& variable);
 absl::StatusOr<Expression> FromProto(const v1::Expr& expr, std::span<const Variable> variables);
 absl::StatusOr<GraphDef> FromProto(const v1::GraphDef& def);
 absl::StatusOr<ReplayOp> FromProto(const v1::ReplayGraphRequest& request);
+// The same into `op`, reusing its storage.
+absl::Status FromProto(const v1::ReplayGraphRequest& request, ReplayOp& op);
+absl::StatusOr<ReplaySequenceOp> FromProto(const v1::ReplaySequenceRequest& request);
 void ToProto(const DeviceStatus& device, v1::Device* out);
 void ToProto(const GraphInfo& info, v1::GraphReply* out);
 
