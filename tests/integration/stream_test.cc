@@ -1,0 +1,332 @@
+// The Session stream over loopback: ordered pipelined operations, cancellation after an
+// error and resume, inline transfers, replay sequences, broken streams.
+#include <gmock/gmock.h>
+
+#include <thread>
+
+#include "tests/integration/daemon_fixture.h"
+
+namespace replayd::client {
+namespace {
+
+using ::testing::HasSubstr;
+
+// x = x * 2 + pos over one int64 (exact), so a replay order is visible in the result.
+constexpr char kStep[] = R"(
+void step(long long *x, int pos) { x[0] = x[0] * 2 + pos; })";
+
+const Variable kPos{"pos", 1, 1000, 1};
+
+class StreamTest : public DaemonFixture {
+ protected:
+  void SetUp() override {
+    DaemonFixture::SetUp();
+    session_ = std::make_unique<Session>(Open());
+    program_ = std::make_unique<Program>(*session_->Load({"cpu-c", kStep, "step", *ParseSignature("inout,int32"), {}}));
+    x_ = std::make_unique<Buffer>(*session_->Alloc(8));
+    ASSERT_TRUE(session_->BeginCapture({x_.get()}, {kPos}).ok());
+    LaunchSpec spec;
+    spec.args = {View{x_.get()}, Expr{"pos"}};
+    spec.variables = {{kPos, 1}};
+    ASSERT_TRUE(session_->Launch(*program_, spec).ok());
+    graph_ = std::make_unique<Graph>(*session_->EndCapture({}));
+    Reset(0);
+  }
+
+  void Reset(int64_t v) { ASSERT_TRUE(session_->WriteVector(*x_, std::vector<int64_t>{v}).ok()); }
+  int64_t Value() { return (*session_->ReadVector<int64_t>(*x_, 1))[0]; }
+  static int64_t Expected(int64_t from, std::initializer_list<int64_t> positions) {
+    for (int64_t p : positions) from = from * 2 + p;
+    return from;
+  }
+
+  // A raw stream, for requests the client library does not make.
+  struct Raw {
+    grpc::ClientContext context;
+    std::unique_ptr<grpc::ClientReaderWriter<v1::SessionRequest, v1::SessionReply>> stream;
+  };
+  std::unique_ptr<Raw> OpenRaw() {
+    auto raw = std::make_unique<Raw>();
+    raw->stream = stub().Session(&raw->context);
+    return raw;
+  }
+  v1::SessionRequest ReplayRequest(uint64_t seq, int64_t pos) {
+    v1::SessionRequest r;
+    r.set_seq(seq);
+    r.set_session(session_->id());
+    r.mutable_replay()->set_graph(graph_->handle());
+    r.mutable_replay()->add_params()->set_buffer(x_->handle());
+    r.mutable_replay()->add_params()->set_int_value(pos);
+    return r;
+  }
+
+  std::unique_ptr<Session> session_;
+  std::unique_ptr<Program> program_;
+  std::unique_ptr<Buffer> x_;
+  std::unique_ptr<Graph> graph_;
+};
+
+TEST_F(StreamTest, PipelinedReplaysRunInOrder) {
+  std::vector<std::future<absl::StatusOr<ReplayResult>>> futures;
+  for (int64_t pos = 1; pos <= 40; ++pos) futures.push_back(session_->ReplayAsync(*graph_, {x_.get(), pos}));
+  for (auto& f : futures) ASSERT_TRUE(f.get().ok());
+  // Only the exact order 1, 2, ..., 40 gives this (mod 2^64) value.
+  int64_t expect = 0;
+  for (int64_t pos = 1; pos <= 40; ++pos) expect = expect * 2 + pos;
+  EXPECT_EQ(Value(), expect);
+}
+
+TEST_F(StreamTest, MoreThanTheWindowOutstandingAllCompleteInOrder) {
+  Client small = Client::Connect(daemon_->address(), /*stream_window=*/4);
+  auto s = small.OpenSession("cpu:0");
+  ASSERT_TRUE(s.ok());
+  auto p = s->Load({"cpu-c", kStep, "step", *ParseSignature("inout,int32"), {}});
+  auto x = s->Alloc(8);
+  ASSERT_TRUE(s->BeginCapture({&*x}, {kPos}).ok());
+  LaunchSpec spec;
+  spec.args = {View{&*x}, Expr{"pos"}};
+  spec.variables = {{kPos, 1}};
+  ASSERT_TRUE(s->Launch(*p, spec).ok());
+  auto g = s->EndCapture({});
+  ASSERT_TRUE(g.ok() && s->WriteVector(*x, std::vector<int64_t>{0}).ok());
+  std::vector<std::future<absl::StatusOr<ReplayResult>>> futures;
+  int64_t expect = 0;
+  for (int64_t i = 0; i < 100; ++i) {
+    futures.push_back(s->ReplayAsync(*g, {&*x, 1 + i % 3}));  // blocks past 4 outstanding
+    expect = expect * 2 + 1 + i % 3;
+  }
+  for (auto& f : futures) ASSERT_TRUE(f.get().ok());
+  EXPECT_EQ((*s->ReadVector<int64_t>(*x, 1))[0], expect);
+}
+
+TEST_F(StreamTest, AFailureCancelsTheOperationsQueuedBehindItUntilResume) {
+  auto raw = OpenRaw();
+  ASSERT_TRUE(raw->stream->Write(ReplayRequest(1, 1)));
+  ASSERT_TRUE(raw->stream->Write(ReplayRequest(2, 5000)));  // out of range
+  ASSERT_TRUE(raw->stream->Write(ReplayRequest(3, 2)));     // cancelled
+  v1::SessionRequest resumed = ReplayRequest(4, 3);
+  resumed.set_resume(true);
+  ASSERT_TRUE(raw->stream->Write(resumed));
+  ASSERT_TRUE(raw->stream->Write(ReplayRequest(5, 4)));
+  raw->stream->WritesDone();
+  std::vector<v1::SessionReply> replies;
+  v1::SessionReply reply;
+  while (raw->stream->Read(&reply)) replies.push_back(reply);
+  ASSERT_TRUE(raw->stream->Finish().ok());
+  ASSERT_EQ(replies.size(), 5u);
+  for (size_t i = 0; i < replies.size(); ++i) EXPECT_EQ(replies[i].seq(), i + 1);
+  EXPECT_EQ(replies[0].code(), 0);
+  EXPECT_EQ(replies[1].code(), int(grpc::StatusCode::INVALID_ARGUMENT));
+  EXPECT_THAT(replies[1].message(), HasSubstr("pos = 5000"));
+  EXPECT_EQ(replies[2].code(), int(grpc::StatusCode::ABORTED));
+  EXPECT_THAT(replies[2].message(), HasSubstr("operation 2 failed"));
+  EXPECT_EQ(replies[3].code(), 0);
+  EXPECT_EQ(replies[4].code(), 0);
+  EXPECT_EQ(Value(), Expected(0, {1, 3, 4}));
+}
+
+TEST_F(StreamTest, ContinueOnErrorLetsLaterOperationsRun) {
+  auto raw = OpenRaw();
+  v1::SessionRequest bad = ReplayRequest(1, 0);
+  bad.set_continue_on_error(true);
+  ASSERT_TRUE(raw->stream->Write(bad));
+  ASSERT_TRUE(raw->stream->Write(ReplayRequest(2, 7)));
+  raw->stream->WritesDone();
+  v1::SessionReply a, b;
+  ASSERT_TRUE(raw->stream->Read(&a) && raw->stream->Read(&b));
+  EXPECT_EQ(a.code(), int(grpc::StatusCode::INVALID_ARGUMENT));
+  EXPECT_EQ(b.code(), 0);
+  raw->stream->Finish();
+  EXPECT_EQ(Value(), 7);
+}
+
+TEST_F(StreamTest, TheClientResumesAfterAnErrorItHasSeen) {
+  EXPECT_EQ(session_->Replay(*graph_, {x_.get(), int64_t{0}}).status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(session_->Replay(*graph_, {x_.get(), int64_t{9}}).ok());
+  EXPECT_EQ(Value(), 9);
+}
+
+TEST_F(StreamTest, InlineWritesReadsLaunchesAndKeepAlive) {
+  auto raw = OpenRaw();
+  auto req = [&](uint64_t seq) {
+    v1::SessionRequest r;
+    r.set_seq(seq);
+    r.set_session(session_->id());
+    return r;
+  };
+  v1::SessionRequest write = req(1);
+  int64_t v = 5;
+  write.mutable_write()->set_buffer(x_->handle());
+  write.mutable_write()->set_data(std::string(reinterpret_cast<char*>(&v), 8));
+  v1::SessionRequest launch = req(2);
+  launch.mutable_launch()->set_program(program_->handle());
+  launch.mutable_launch()->add_args()->mutable_view()->set_buffer(x_->handle());
+  launch.mutable_launch()->add_args()->set_int_value(1);
+  launch.mutable_launch()->set_wait(true);
+  v1::SessionRequest read = req(3);
+  read.mutable_read()->set_buffer(x_->handle());
+  v1::SessionRequest keep = req(4);
+  keep.mutable_keep_alive();
+  v1::SessionRequest sync = req(5);
+  sync.mutable_synchronize();
+  v1::SessionRequest too_big = req(6);
+  too_big.mutable_write()->set_buffer(x_->handle());
+  too_big.mutable_write()->set_data(std::string((1 << 20) + 1, 'x'));
+  for (auto* r : {&write, &launch, &read, &keep, &sync, &too_big}) ASSERT_TRUE(raw->stream->Write(*r));
+  raw->stream->WritesDone();
+  std::vector<v1::SessionReply> replies(6);
+  for (auto& r : replies) ASSERT_TRUE(raw->stream->Read(&r));
+  raw->stream->Finish();
+  EXPECT_EQ(replies[0].write().bytes_written(), 8u);
+  EXPECT_GT(replies[1].launch().device_seconds(), 0);
+  int64_t got;
+  ASSERT_EQ(replies[2].read().data().size(), 8u);
+  std::memcpy(&got, replies[2].read().data().data(), 8);
+  EXPECT_EQ(got, 11);
+  EXPECT_GT(replies[3].keep_alive().lease_seconds(), 0u);
+  EXPECT_EQ(replies[4].code(), 0);
+  EXPECT_EQ(replies[5].code(), int(grpc::StatusCode::INVALID_ARGUMENT));
+}
+
+TEST_F(StreamTest, AStreamForAnotherSessionOrNoneIsRefused) {
+  auto raw = OpenRaw();
+  v1::SessionRequest r = ReplayRequest(1, 1);
+  r.set_session(12345);
+  ASSERT_TRUE(raw->stream->Write(r));
+  v1::SessionRequest empty;
+  empty.set_seq(2);
+  empty.set_session(session_->id());
+  empty.set_resume(true);
+  ASSERT_TRUE(raw->stream->Write(empty));
+  v1::SessionRequest other = ReplayRequest(3, 1);
+  other.set_session(777);
+  other.set_resume(true);
+  ASSERT_TRUE(raw->stream->Write(other));
+  raw->stream->WritesDone();
+  v1::SessionReply a, b, c;
+  ASSERT_TRUE(raw->stream->Read(&a) && raw->stream->Read(&b) && raw->stream->Read(&c));
+  raw->stream->Finish();
+  EXPECT_EQ(a.code(), int(grpc::StatusCode::NOT_FOUND));
+  EXPECT_EQ(b.code(), int(grpc::StatusCode::INVALID_ARGUMENT)) << "no operation";
+  EXPECT_EQ(c.code(), int(grpc::StatusCode::INVALID_ARGUMENT)) << "one session per stream";
+  EXPECT_EQ(Value(), 0);
+}
+
+TEST_F(StreamTest, SequenceWithASteppingVariable) {
+  SequenceSpec spec;
+  spec.base = {x_.get(), int64_t{17}};
+  spec.step_param = 1;
+  spec.step = 1;
+  spec.count = 20;
+  spec.reads = {View{x_.get()}};
+  spec.stream_reads = true;
+  std::vector<std::pair<uint32_t, int64_t>> seen;
+  auto r = session_->ReplaySequence(*graph_, spec, [&](uint32_t index, std::vector<std::string> reads) {
+    int64_t v;
+    std::memcpy(&v, reads[0].data(), 8);
+    seen.push_back({index, v});
+  });
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->replays, 20u);
+  ASSERT_EQ(seen.size(), 20u);
+  int64_t expect = 0;
+  for (uint32_t i = 0; i < 20; ++i) {
+    expect = expect * 2 + 17 + i;
+    EXPECT_EQ(seen[i].first, i);
+    EXPECT_EQ(seen[i].second, expect) << "after replay " << i;
+  }
+  EXPECT_EQ(Value(), expect);
+  EXPECT_EQ(session_->DescribeGraph(*graph_)->replays(), 20u);
+}
+
+TEST_F(StreamTest, SequenceWithExplicitVectorsReturnsTheLastReads) {
+  SequenceSpec spec;
+  for (int64_t pos : {3, 1, 4, 1, 5}) spec.vectors.push_back({x_.get(), pos});
+  spec.reads = {View{x_.get()}};
+  auto r = session_->ReplaySequence(*graph_, spec);
+  ASSERT_TRUE(r.ok()) << r.status();
+  ASSERT_EQ(r->reads.size(), 1u);
+  int64_t v;
+  std::memcpy(&v, r->reads[0].data(), 8);
+  EXPECT_EQ(v, Expected(0, {3, 1, 4, 1, 5}));
+}
+
+TEST_F(StreamTest, ASequenceIsCheckedWholeBeforeAnyReplayRuns) {
+  SequenceSpec past_range;
+  past_range.base = {x_.get(), int64_t{990}};
+  past_range.step_param = 1;
+  past_range.count = 20;  // reaches 1009 > 1000
+  absl::Status s = session_->ReplaySequence(*graph_, past_range).status();
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(s.message()), HasSubstr("replay 19"));
+  SequenceSpec bad_vector;
+  bad_vector.vectors = {{x_.get(), int64_t{1}}, {x_.get(), int64_t{0}}};
+  EXPECT_THAT(std::string(session_->ReplaySequence(*graph_, bad_vector).status().message()), HasSubstr("replay 1"));
+  SequenceSpec not_a_variable;
+  not_a_variable.base = {x_.get(), int64_t{1}};
+  not_a_variable.step_param = 0;
+  not_a_variable.count = 2;
+  EXPECT_EQ(session_->ReplaySequence(*graph_, not_a_variable).status().code(), absl::StatusCode::kInvalidArgument);
+  SequenceSpec empty;
+  EXPECT_EQ(session_->ReplaySequence(*graph_, empty).status().code(), absl::StatusCode::kInvalidArgument);
+  SequenceSpec overflow;
+  overflow.base = {x_.get(), int64_t{1}};
+  overflow.step_param = 1;
+  overflow.step = int64_t{1} << 62;
+  overflow.count = 8;
+  EXPECT_EQ(session_->ReplaySequence(*graph_, overflow).status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(Value(), 0) << "nothing ran";
+  EXPECT_EQ(session_->DescribeGraph(*graph_)->replays(), 0u);
+}
+
+TEST_F(StreamTest, ABrokenStreamRunsNothingMoreAndLeavesTheSessionUsable) {
+  {
+    auto raw = OpenRaw();
+    for (uint64_t seq = 1; seq <= 3; ++seq) ASSERT_TRUE(raw->stream->Write(ReplayRequest(seq, 1)));
+    v1::SessionReply reply;
+    ASSERT_TRUE(raw->stream->Read(&reply));
+    raw->context.TryCancel();
+    raw->stream->Finish();
+  }
+  // Whatever completed before the cancel is all that ran; the session works on.
+  int64_t v = Value();
+  EXPECT_TRUE(v == 1 || v == 3 || v == 7) << v;
+  absl::SleepFor(absl::Milliseconds(100));
+  EXPECT_EQ(Value(), v) << "nothing ran after the stream broke";
+  EXPECT_TRUE(session_->Replay(*graph_, {x_.get(), int64_t{1}}).ok());
+  EXPECT_EQ(Value(), v * 2 + 1);
+}
+
+TEST_F(StreamTest, EightClientsPipelineOnTheirOwnSessions) {
+  std::atomic<int> failures{0};
+  std::vector<std::thread> threads;
+  for (int c = 0; c < 8; ++c) {
+    threads.emplace_back([&, c] {
+      Client own = Client::Connect(daemon_->address());
+      auto s = own.OpenSession("cpu:0");
+      auto p = s->Load({"cpu-c", kStep, "step", *ParseSignature("inout,int32"), {}});
+      auto x = s->Alloc(8);
+      if (!s.ok() || !p.ok() || !x.ok() || !s->BeginCapture({&*x}, {kPos}).ok()) return void(++failures);
+      LaunchSpec spec;
+      spec.args = {View{&*x}, Expr{"pos"}};
+      spec.variables = {{kPos, 1}};
+      if (!s->Launch(*p, spec).ok()) return void(++failures);
+      auto g = s->EndCapture({});
+      if (!g.ok() || !s->WriteVector(*x, std::vector<int64_t>{c}).ok()) return void(++failures);
+      std::vector<std::future<absl::StatusOr<ReplayResult>>> futures;
+      int64_t expect = c;
+      for (int64_t pos = 1; pos <= 50; ++pos) {
+        futures.push_back(s->ReplayAsync(*g, {&*x, pos}));
+        expect = expect * 2 + pos;
+      }
+      for (auto& f : futures)
+        if (!f.get().ok()) ++failures;
+      if ((*s->ReadVector<int64_t>(*x, 1))[0] != expect) ++failures;
+    });
+  }
+  for (auto& t : threads) t.join();
+  EXPECT_EQ(failures, 0);
+}
+
+}  // namespace
+}  // namespace replayd::client
