@@ -18,7 +18,6 @@ constexpr double kTolerance = 1e-4;
 constexpr int64_t kBos = 1;
 
 const Variable kPosVar{"pos", 1, kCtx, 1};
-const Variable kTokVar{"tok", 0, kVocab - 1, 1};
 
 std::vector<float> PseudoRandom(size_t n, uint32_t seed, float scale) {
   std::vector<float> v(n);
@@ -134,7 +133,8 @@ class DeviceModel {
 
   absl::Status Load(const Weights& w, int* cache_hits, double* compile_seconds) {
     struct Def { const char* entry; const char* signature; bool core; };
-    const Def defs[] = {{"embed", "out,in,in,int32,int32,int32", false},
+    const Def defs[] = {{"embed", "out,in,in,in,int32,int32", false},
+                        {"argmax", "out,in,int32", false},
                         {"rmsnorm", "out,in,in,int32", false},
                         {"matvec", "inout,in,in,int32,int32,int32,int32", true},
                         {"kv_store", "inout,inout,in,int32,int32", false},
@@ -203,9 +203,10 @@ class DeviceModel {
     return sc;
   }
 
-  // Launches one decode step: 10 calls per layer plus embedding, final norm and logits.
-  absl::Status Step(const Scratch& sc, const Buffer& logits, int64_t pos, int64_t tok) {
-    const std::vector<BoundVariable> vars = {{kPosVar, pos}, {kTokVar, tok}};
+  // Launches one decode step: the embedding of tok[0] at pos, 10 calls per layer, the
+  // final norm, the logits, and the argmax written back into tok.
+  absl::Status Step(const Scratch& sc, const Buffer& tok, const Buffer& logits, int64_t pos) {
+    const std::vector<BoundVariable> vars = {{kPosVar, pos}};
     auto launch = [&](const char* entry, std::vector<KernelArg> args, std::vector<Dim> global) {
       LaunchSpec spec;
       spec.args = std::move(args);
@@ -218,7 +219,7 @@ class DeviceModel {
                     {uint64_t(cols / kChunk)});
     };
     const int64_t d = kD, heads = kHeads, ctx = kCtx;
-    absl::Status st = launch("embed", {View{&sc.x}, View{&weights_[0]}, View{&weights_[1]}, Expr{"tok"}, Expr{"pos"}, d}, {uint64_t{1}});
+    absl::Status st = launch("embed", {View{&sc.x}, View{&weights_[0]}, View{&weights_[1]}, View{&tok}, Expr{"pos"}, d}, {uint64_t{1}});
     for (int l = 0; l < kLayers && st.ok(); ++l) {
       const Buffer* L = &weights_[4 + 6 * l];
       const Buffer &k = kv_[2 * l], &v = kv_[2 * l + 1];
@@ -240,6 +241,7 @@ class DeviceModel {
     }
     if (st.ok()) st = launch("rmsnorm", {View{&sc.h}, View{&sc.x}, View{&weights_[2]}, d}, {uint64_t{1}});
     if (st.ok()) st = matvec(logits, sc.h, weights_[3], kD, kVocab, 0);
+    if (st.ok()) st = launch("argmax", {View{&tok}, View{&logits}, int64_t{kVocab}}, {uint64_t{1}});
     return st;
   }
 
@@ -265,8 +267,6 @@ double MaxError(const std::vector<float>& a, const std::vector<float>& b) {
   return a.size() == b.size() ? e : INFINITY;
 }
 
-int64_t ArgMax(const std::vector<float>& v) { return std::max_element(v.begin(), v.end()) - v.begin(); }
-
 double Percentile(std::vector<double> v, double p) {
   std::sort(v.begin(), v.end());
   return v.empty() ? 0 : v[std::min(v.size() - 1, size_t(p * double(v.size() - 1) + 0.5))];
@@ -276,11 +276,24 @@ double Millis(std::chrono::steady_clock::duration d) {
   return std::chrono::duration<double, std::milli>(d).count();
 }
 
+int64_t TokenOf(const std::string& bytes) {
+  int32_t t = 0;
+  std::memcpy(&t, bytes.data(), std::min(bytes.size(), sizeof t));
+  return t;
+}
+
+// One way of generating: its per-token latencies (when it has them) and its wall time.
+struct ModeResult {
+  std::vector<double> ms;
+  double seconds = 0;
+};
+
 }  // namespace
 
 absl::Status RunDemo(Client& client, const DemoOptions& options, std::ostream& out) {
   if (options.tokens < 1 || options.tokens > kCtx)
     return absl::InvalidArgumentError(absl::StrCat("--tokens must be in [1, ", kCtx, "]"));
+  const int n = options.tokens;
   absl::StatusOr<Session> session = client.OpenSession(options.device);
   if (!session.ok()) return session.status();
   const Weights weights = Weights::Make();
@@ -289,48 +302,97 @@ absl::Status RunDemo(Client& client, const DemoOptions& options, std::ostream& o
   double compile_s = 0;
   if (absl::Status s = model.Load(weights, &hits, &compile_s); !s.ok()) return s;
   absl::StatusOr<Buffer> logits = session->Alloc(kVocab * sizeof(float));
+  absl::StatusOr<Buffer> tok = session->Alloc(sizeof(int32_t));
   if (!logits.ok()) return logits.status();
+  if (!tok.ok()) return tok.status();
+  auto reset_token = [&] { return session->WriteVector(*tok, std::vector<int32_t>{int32_t(kBos)}); };
 
-  // Capture one decode step (it runs, too: pos 1, the first token).
-  if (absl::Status s = session->BeginCapture({}, {kPosVar, kTokVar}); !s.ok()) return s;
+  // Capture one decode step with the variable pos (it runs, too: pos 1, the first token).
+  if (absl::Status s = reset_token(); !s.ok()) return s;
+  if (absl::Status s = session->BeginCapture({&*tok}, {kPosVar}); !s.ok()) return s;
   {
     absl::StatusOr<DeviceModel::Scratch> scratch = model.AllocScratch(kLayers);  // internals
     if (!scratch.ok()) return scratch.status();
-    if (absl::Status s = model.Step(*scratch, *logits, 1, kBos); !s.ok()) return s;
+    if (absl::Status s = model.Step(*scratch, *tok, *logits, 1); !s.ok()) return s;
   }
   absl::StatusOr<Graph> graph = session->EndCapture({&*logits});
   if (!graph.ok()) return graph.status();
   const uint64_t instantiations_at_capture = graph->info().cache().instantiations();
+  const std::vector<View> reads = {View{&*logits}, View{&*tok}};
 
-  // Generate by replay: one round trip a token, logits in the reply.
+  // The reference, step by step, following the tokens the device picks.
   HostModel host(weights);
-  std::vector<double> replay_ms;
+  std::vector<std::vector<float>> expected;
   std::vector<int64_t> tokens = {kBos};
   double max_err = 0;
+  auto check = [&](int step, const std::vector<std::string>& r) {
+    const std::vector<float> got = ToFloats(r[0]);
+    if (step == int(expected.size())) {
+      expected.push_back(host.Step(step + 1, int(tokens[step])));
+      tokens.push_back(TokenOf(r[1]));
+    } else if (TokenOf(r[1]) != tokens[step + 1]) {
+      max_err = INFINITY;  // a different token than the first generation chose
+    }
+    max_err = std::max(max_err, MaxError(got, expected[step]));
+  };
+
+  // 1. One replay per token, each a round trip on the session stream.
+  ModeResult per_step;
+  if (absl::Status s = reset_token(); !s.ok()) return s;  // the capture's argmax moved it on
   auto start = std::chrono::steady_clock::now();
-  for (int pos = 1; pos <= options.tokens; ++pos) {
+  for (int step = 0; step < n; ++step) {
     auto t0 = std::chrono::steady_clock::now();
-    absl::StatusOr<ReplayResult> r =
-        session->Replay(*graph, {&*logits, int64_t{pos}, tokens.back()}, false, {View{&*logits}});
+    absl::StatusOr<ReplayResult> r = session->Replay(*graph, {&*tok, &*logits, int64_t{step + 1}}, false, reads);
     if (!r.ok()) return r.status();
-    replay_ms.push_back(Millis(std::chrono::steady_clock::now() - t0));
-    std::vector<float> got = ToFloats(r->reads[0]);
-    max_err = std::max(max_err, MaxError(got, host.Step(pos, int(tokens.back()))));
-    tokens.push_back(ArgMax(got));
+    per_step.ms.push_back(Millis(std::chrono::steady_clock::now() - t0));
+    check(step, r->reads);
   }
-  double generate_s = Millis(std::chrono::steady_clock::now() - start) / 1e3;
+  per_step.seconds = Millis(std::chrono::steady_clock::now() - start) / 1e3;
+
+  // 2. Pipelined: every replay queued before waiting for any. No step needs the client,
+  //    since the device writes each next token into tok.
+  ModeResult pipelined;
+  if (absl::Status s = reset_token(); !s.ok()) return s;
+  start = std::chrono::steady_clock::now();
+  std::vector<std::future<absl::StatusOr<ReplayResult>>> futures;
+  for (int step = 0; step < n; ++step)
+    futures.push_back(session->ReplayAsync(*graph, {&*tok, &*logits, int64_t{step + 1}}, false, reads));
+  for (int step = 0; step < n; ++step) {
+    absl::StatusOr<ReplayResult> r = futures[step].get();
+    if (!r.ok()) return r.status();
+    check(step, r->reads);
+  }
+  pipelined.seconds = Millis(std::chrono::steady_clock::now() - start) / 1e3;
+
+  // 3. One replay sequence: pos steps from 1, each replay's reads streamed back.
+  ModeResult sequence;
+  if (absl::Status s = reset_token(); !s.ok()) return s;
+  SequenceSpec spec;
+  spec.base = {&*tok, &*logits, int64_t{1}};
+  spec.step_param = 2;
+  spec.step = 1;
+  spec.count = uint32_t(n);
+  spec.reads = reads;
+  spec.stream_reads = true;
+  start = std::chrono::steady_clock::now();
+  absl::StatusOr<SequenceResult> seq = session->ReplaySequence(
+      *graph, spec, [&](uint32_t index, std::vector<std::string> r) { check(int(index), r); });
+  if (!seq.ok()) return seq.status();
+  sequence.seconds = Millis(std::chrono::steady_clock::now() - start) / 1e3;
 
   // The same steps run eagerly, one Launch RPC per call, for comparison. They rewrite
   // the KV cache rows of the first positions with the values they already hold.
-  std::vector<double> eager_ms;
+  ModeResult eager;
   absl::StatusOr<DeviceModel::Scratch> scratch = model.AllocScratch(1);
   if (!scratch.ok()) return scratch.status();
-  for (int pos = 1; pos <= std::min(options.eager_steps, options.tokens); ++pos) {
+  if (absl::Status s = reset_token(); !s.ok()) return s;
+  for (int pos = 1; pos <= std::min(options.eager_steps, n); ++pos) {
     auto t0 = std::chrono::steady_clock::now();
-    if (absl::Status s = model.Step(*scratch, *logits, pos, tokens[pos - 1]); !s.ok()) return s;
+    if (absl::Status s = model.Step(*scratch, *tok, *logits, pos); !s.ok()) return s;
     absl::StatusOr<std::vector<float>> got = session->ReadVector<float>(*logits, kVocab);
     if (!got.ok()) return got.status();
-    eager_ms.push_back(Millis(std::chrono::steady_clock::now() - t0));
+    eager.ms.push_back(Millis(std::chrono::steady_clock::now() - t0));
+    max_err = std::max(max_err, MaxError(*got, expected[pos - 1]));
   }
   absl::StatusOr<v1::GraphReply> info = session->DescribeGraph(*graph);
   if (!info.ok()) return info.status();
@@ -347,16 +409,23 @@ absl::Status RunDemo(Client& client, const DemoOptions& options, std::ostream& o
   out << "tokens:";
   for (size_t i = 1; i < tokens.size() && i <= 16; ++i) out << " " << tokens[i];
   out << (tokens.size() > 17 ? " ...\n" : "\n");
-  out << absl::StrFormat("%-28s %9s %9s %10s\n", "", "p50 ms", "p99 ms", "tokens/s");
-  out << absl::StrFormat("%-28s %9.3f %9.3f %10.1f\n", "replay (1 RPC per token)",
-                         Percentile(replay_ms, 0.5), Percentile(replay_ms, 0.99), options.tokens / generate_s);
-  out << absl::StrFormat("%-28s %9.3f %9.3f %10.1f\n",
-                         absl::StrCat("eager (", info->calls() + 1, " RPCs per token)"),
-                         Percentile(eager_ms, 0.5), Percentile(eager_ms, 0.99), 1e3 / Percentile(eager_ms, 0.5));
+  out << absl::StrFormat("%-34s %9s %9s %10s\n", "", "p50 ms", "p99 ms", "tokens/s");
+  auto row = [&](const std::string& name, const ModeResult& m, int count) {
+    std::string p50 = m.ms.empty() ? "-" : absl::StrFormat("%.3f", Percentile(m.ms, 0.5));
+    std::string p99 = m.ms.empty() ? "-" : absl::StrFormat("%.3f", Percentile(m.ms, 0.99));
+    out << absl::StrFormat("%-34s %9s %9s %10.1f\n", name, p50, p99, count / m.seconds);
+  };
+  row("replay, one round trip per token", per_step, n);
+  row("replay, pipelined", pipelined, n);
+  row("replay sequence, one request", sequence, n);
+  eager.seconds = 0;
+  for (double ms : eager.ms) eager.seconds += ms / 1e3;
+  row(absl::StrCat("eager, ", info->calls() + 1, " RPCs per token"), eager, int(eager.ms.size()));
   out << absl::StrFormat("instantiations %d (at capture; %d more during generation), replays %d\n",
                          graph->info().cache_hit() ? 0 : 1,
                          info->cache().instantiations() - instantiations_at_capture, info->replays());
-  out << absl::StrFormat("logits against the host reference at every step: max |error| %.3g (tolerance %.0e): %s\n",
+  out << absl::StrFormat("logits against the host reference at every step of every mode: max |error| %.3g "
+                         "(tolerance %.0e): %s\n",
                          max_err, kTolerance, max_err <= kTolerance ? "OK" : "FAILED");
   if (max_err > kTolerance)
     return absl::FailedPreconditionError(absl::StrCat("decode logits off by ", max_err));

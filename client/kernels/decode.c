@@ -3,9 +3,9 @@
  * trailing `core` run once per invocation (the launch's global size). */
 #include <math.h>
 
-/* x = tok_emb[tok] + pos_emb[pos - 1] */
-void embed(float *x, const float *tok_emb, const float *pos_emb, int tok, int pos, int d) {
-  for (int i = 0; i < d; ++i) x[i] = tok_emb[(long)tok * d + i] + pos_emb[(long)(pos - 1) * d + i];
+/* x = tok_emb[tok[0]] + pos_emb[pos - 1] */
+void embed(float *x, const float *tok_emb, const float *pos_emb, const int *tok, int pos, int d) {
+  for (int i = 0; i < d; ++i) x[i] = tok_emb[(long)tok[0] * d + i] + pos_emb[(long)(pos - 1) * d + i];
 }
 
 /* out = x / rms(x) * g */
@@ -77,4 +77,11 @@ void attn_mix(float *att, const float *scores, const float *v_cache, int pos, in
     const float *v = v_cache + (long)t * d + h * hd;
     for (int i = 0; i < hd; ++i) out[i] += p * v[i];
   }
+}
+
+/* tok[0] = argmax(logits): the next step's input, chosen on the device. */
+void argmax(int *tok, const float *logits, int n) {
+  int best = 0;
+  for (int i = 1; i < n; ++i) best = logits[i] > logits[best] ? i : best;
+  tok[0] = best;
 }
