@@ -23,7 +23,7 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(DaemonOptions options) {
       Engine::Create(options.engine, std::move(devices));
   if (!engine.ok()) return engine.status();
   daemon->engine_ = std::move(*engine);
-  daemon->service_ = std::make_unique<ReplaydService>(daemon->engine_.get());
+  daemon->service_ = std::make_unique<ReplaydService>(daemon->engine_.get(), options.stream_window);
 
   grpc::ServerBuilder builder;
   int port = 0;

@@ -25,6 +25,9 @@ ABSL_FLAG(int, graph_batch, 32, "calls in a graph's first batch; each later batc
 ABSL_FLAG(int, graph_cache_graphs, 256, "graphs one tenant may keep cached per device");
 ABSL_FLAG(uint64_t, graph_cache_bytes, uint64_t{1} << 30,
           "arena bytes one tenant may keep cached per device");
+ABSL_FLAG(int, stream_window, 0,
+          "Session stream requests read ahead of execution per stream; 0 reads each after the "
+          "previous one has been answered");
 ABSL_FLAG(int, shutdown_grace_seconds, 5, "time calls in flight get to finish at shutdown");
 
 namespace {
@@ -70,6 +73,11 @@ int main(int argc, char** argv) {
     return 2;
   }
   options.engine.batch.first_limit = absl::GetFlag(FLAGS_graph_batch);
+  if (absl::GetFlag(FLAGS_stream_window) < 0 || absl::GetFlag(FLAGS_stream_window) > 65536) {
+    spdlog::error("--stream_window must be in [0, 65536]");
+    return 2;
+  }
+  options.stream_window = absl::GetFlag(FLAGS_stream_window);
   options.engine.graph_cache.max_graphs = absl::GetFlag(FLAGS_graph_cache_graphs);
   options.engine.graph_cache.max_bytes = absl::GetFlag(FLAGS_graph_cache_bytes);
 

@@ -243,7 +243,7 @@ grpc::Status ReplaydService::GraphInfo(grpc::ServerContext* context,
 grpc::Status ReplaydService::Session(
     grpc::ServerContext* context,
     grpc::ServerReaderWriter<v1::SessionReply, v1::SessionRequest>* stream) {
-  return ServeSessionStream(*engine_, Tenant(context), context, stream);
+  return ServeSessionStream(*engine_, Tenant(context), stream_window_, context, stream);
 }
 
 }  // namespace replayd

@@ -17,7 +17,8 @@ inline constexpr size_t kMaxChunkBytes = 1 << 20;
 class ReplaydService final : public v1::Replayd::Service {
  public:
   // `engine` must outlive the service.
-  explicit ReplaydService(Engine* engine) : engine_(engine) {}
+  // `engine` must outlive the service. `stream_window`: see ServeSessionStream.
+  ReplaydService(Engine* engine, size_t stream_window) : engine_(engine), stream_window_(stream_window) {}
 
   grpc::Status ListDevices(grpc::ServerContext*, const v1::ListDevicesRequest*,
                            v1::ListDevicesReply*) override;
@@ -65,6 +66,7 @@ class ReplaydService final : public v1::Replayd::Service {
                                                        SessionId id);
 
   Engine* const engine_;
+  const size_t stream_window_;
 };
 
 }  // namespace replayd

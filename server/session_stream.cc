@@ -1,6 +1,13 @@
 #include "server/session_stream.h"
 
+#include <google/protobuf/arena.h>
+
+#include <deque>
+#include <memory>
+#include <thread>
+
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
 #include "server/service.h"
 #include "server/translate.h"
 
@@ -79,7 +86,7 @@ class StreamOps {
     absl::StatusOr<ReplaySequenceOp> op = FromProto(request.replay_sequence());
     if (!op.ok()) return op.status();
     const uint64_t last = op->vectors.empty() ? op->count - 1 : op->vectors.size() - 1;
-    v1::SessionReply step;
+    v1::SessionReply& step = *google::protobuf::Arena::CreateMessage<v1::SessionReply>(reply.GetArena());
     absl::StatusOr<SequenceResult> r = session.ReplaySequence(
         *op, [&](uint64_t index, const ReplayResult& result) -> absl::Status {
           v1::ReplaySequenceReply* out = (index == last ? reply : step).mutable_sequence();
@@ -103,50 +110,132 @@ class StreamOps {
   ReplayResult replay_result_;
 };
 
-}  // namespace
 
-grpc::Status ServeSessionStream(Engine& engine, absl::string_view tenant,
-                                grpc::ServerContext* context,
-                                grpc::ServerReaderWriter<v1::SessionReply, v1::SessionRequest>* stream) {
-  v1::SessionRequest request;
-  v1::SessionReply reply;
-  std::shared_ptr<Session> session;
-  StreamOps ops(stream);
-  // After a failed operation without continue_on_error: set, with the seq that failed.
-  bool failed = false;
-  uint64_t failed_seq = 0;
-  while (stream->Read(&request)) {
+// The per-stream state: its session, and whether a failure cancels what follows.
+class StreamRunner {
+ public:
+  StreamRunner(Engine& engine, absl::string_view tenant,
+               grpc::ServerReaderWriter<v1::SessionReply, v1::SessionRequest>* stream)
+      : engine_(engine), tenant_(tenant), ops_(stream) {}
+
+  // Runs `request` and fills `reply` with its answer.
+  void Handle(const v1::SessionRequest& request, v1::SessionReply& reply) {
     reply.Clear();
     reply.set_seq(request.seq());
     reply.set_final(true);
     absl::Status status;
-    if (!session || (request.session() != 0 && request.session() != session->id())) {
-      absl::StatusOr<std::shared_ptr<Session>> found = session && request.session() != session->id()
-          ? absl::InvalidArgumentError("a Session stream serves one session")
-          : engine.FindSession(tenant, request.session());
-      if (found.ok()) session = *found;
+    if (!session_ || (request.session() != 0 && request.session() != session_->id())) {
+      absl::StatusOr<std::shared_ptr<Session>> found =
+          session_ ? absl::InvalidArgumentError("a Session stream serves one session")
+                   : engine_.FindSession(tenant_, request.session());
+      if (found.ok()) session_ = *found;
       status = found.status();
     } else {
-      session->Renew(absl::Now());
+      session_->Renew(absl::Now());
     }
-    if (status.ok() && failed && !request.resume()) {
-      status = absl::AbortedError(absl::StrCat("not run: operation ", failed_seq,
+    if (status.ok() && failed_ && !request.resume()) {
+      status = absl::AbortedError(absl::StrCat("not run: operation ", failed_seq_,
                                                " failed earlier on this stream (set resume to go on)"));
     } else if (status.ok()) {
-      failed = false;
-      status = ops.Run(*session, request, reply);
+      failed_ = false;
+      status = ops_.Run(*session_, request, reply);
     }
-    if (!status.ok() && !failed && !request.continue_on_error()) {
-      failed = true;
-      failed_seq = request.seq();
+    if (!status.ok() && !failed_ && !request.continue_on_error()) {
+      failed_ = true;
+      failed_seq_ = request.seq();
     }
     if (!status.ok()) {
       reply.clear_result();
       SetStatus(status, reply);
     }
-    if (!stream->Write(reply)) break;
-    if (context->IsCancelled()) break;
   }
+
+ private:
+  Engine& engine_;
+  const absl::string_view tenant_;
+  StreamOps ops_;
+  std::shared_ptr<Session> session_;
+  // After a failed operation without continue_on_error: set, with the seq that failed.
+  bool failed_ = false;
+  uint64_t failed_seq_ = 0;
+};
+
+// Requests read ahead of execution, at most `window` of them.
+class ReadAhead {
+ public:
+  explicit ReadAhead(size_t window) : window_(window) {}
+  // False once the consumer has stopped.
+  bool Push(std::unique_ptr<v1::SessionRequest> r) {
+    absl::MutexLock lock(&mu_);
+    auto room = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return stopped_ || queue_.size() < window_; };
+    mu_.Await(absl::Condition(&room));
+    if (stopped_) return false;
+    queue_.push_back(std::move(r));
+    return true;
+  }
+  // Null once the producer has finished and the queue is empty.
+  std::unique_ptr<v1::SessionRequest> Pop() {
+    absl::MutexLock lock(&mu_);
+    auto ready = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return finished_ || !queue_.empty(); };
+    mu_.Await(absl::Condition(&ready));
+    if (queue_.empty()) return nullptr;
+    std::unique_ptr<v1::SessionRequest> r = std::move(queue_.front());
+    queue_.pop_front();
+    return r;
+  }
+  void Finish() {
+    absl::MutexLock lock(&mu_);
+    finished_ = true;
+  }
+  void Stop() {
+    absl::MutexLock lock(&mu_);
+    stopped_ = true;
+    queue_.clear();
+  }
+
+ private:
+  const size_t window_;
+  absl::Mutex mu_;
+  std::deque<std::unique_ptr<v1::SessionRequest>> queue_ ABSL_GUARDED_BY(mu_);
+  bool finished_ ABSL_GUARDED_BY(mu_) = false;
+  bool stopped_ ABSL_GUARDED_BY(mu_) = false;
+};
+
+}  // namespace
+
+grpc::Status ServeSessionStream(Engine& engine, absl::string_view tenant, size_t window,
+                                grpc::ServerContext* context,
+                                grpc::ServerReaderWriter<v1::SessionReply, v1::SessionRequest>* stream) {
+  StreamRunner runner(engine, tenant, stream);
+  // The stream's messages live in one arena and are reused for every operation.
+  google::protobuf::Arena arena;
+  v1::SessionReply& reply = *google::protobuf::Arena::CreateMessage<v1::SessionReply>(&arena);
+  if (window == 0) {
+    v1::SessionRequest& request = *google::protobuf::Arena::CreateMessage<v1::SessionRequest>(&arena);
+    while (stream->Read(&request)) {
+      runner.Handle(request, reply);
+      if (!stream->Write(reply) || context->IsCancelled()) break;
+    }
+    return grpc::Status::OK;
+  }
+  ReadAhead ahead(window);
+  std::thread reader([&] {
+    for (;;) {
+      auto request = std::make_unique<v1::SessionRequest>();
+      if (!stream->Read(request.get()) || !ahead.Push(std::move(request))) break;
+    }
+    ahead.Finish();
+  });
+  while (std::unique_ptr<v1::SessionRequest> request = ahead.Pop()) {
+    runner.Handle(*request, reply);
+    if (!stream->Write(reply) || context->IsCancelled()) {
+      // Nothing more of this stream runs: drop what was read ahead, unblock the reader.
+      ahead.Stop();
+      context->TryCancel();
+      break;
+    }
+  }
+  reader.join();
   return grpc::Status::OK;
 }
 

@@ -72,6 +72,13 @@ class BaselineService final : public Baseline::Service {
     }
     return grpc::Status::OK;
   }
+  grpc::Status Chat(grpc::ServerContext*, grpc::ServerReaderWriter<Blob, Blob>* stream) override {
+    Blob in, out;
+    out.set_data(chunk_.data(), 4096);
+    while (stream->Read(&in))
+      if (!stream->Write(out)) break;
+    return grpc::Status::OK;
+  }
   grpc::Status Download(grpc::ServerContext*, const Size* size,
                         grpc::ServerWriter<Blob>* writer) override {
     Blob blob;

@@ -29,6 +29,7 @@ class DaemonFixture : public ::testing::Test {
     uint64_t memory_limit = 256 << 20;
     size_t graph_cache_graphs = 256;
     uint64_t graph_cache_bytes = uint64_t{1} << 30;
+    size_t stream_window = 0;
   };
 
   void SetUp() override { Start(Options()); }
@@ -42,6 +43,7 @@ class DaemonFixture : public ::testing::Test {
     d.cpu.memory_limit = options.memory_limit;
     d.engine.graph_cache.max_graphs = options.graph_cache_graphs;
     d.engine.graph_cache.max_bytes = options.graph_cache_bytes;
+    d.stream_window = options.stream_window;
     auto started = Daemon::Start(d);
     ASSERT_TRUE(started.ok()) << started.status();
     daemon_ = std::move(*started);

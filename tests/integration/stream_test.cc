@@ -4,6 +4,8 @@
 
 #include <thread>
 
+#include "absl/strings/str_cat.h"
+
 #include "tests/integration/daemon_fixture.h"
 
 namespace replayd::client {
@@ -17,10 +19,14 @@ void step(long long *x, int pos) { x[0] = x[0] * 2 + pos; })";
 
 const Variable kPos{"pos", 1, 1000, 1};
 
-class StreamTest : public DaemonFixture {
+// Run with the daemon reading each request after the previous reply (window 0) and
+// reading ahead (window 8): the semantics are the same.
+class StreamTest : public DaemonFixture, public ::testing::WithParamInterface<size_t> {
  protected:
   void SetUp() override {
-    DaemonFixture::SetUp();
+    Options options;
+    options.stream_window = GetParam();
+    Start(options);
     session_ = std::make_unique<Session>(Open());
     program_ = std::make_unique<Program>(*session_->Load({"cpu-c", kStep, "step", *ParseSignature("inout,int32"), {}}));
     x_ = std::make_unique<Buffer>(*session_->Alloc(8));
@@ -66,7 +72,7 @@ class StreamTest : public DaemonFixture {
   std::unique_ptr<Graph> graph_;
 };
 
-TEST_F(StreamTest, PipelinedReplaysRunInOrder) {
+TEST_P(StreamTest, PipelinedReplaysRunInOrder) {
   std::vector<std::future<absl::StatusOr<ReplayResult>>> futures;
   for (int64_t pos = 1; pos <= 40; ++pos) futures.push_back(session_->ReplayAsync(*graph_, {x_.get(), pos}));
   for (auto& f : futures) ASSERT_TRUE(f.get().ok());
@@ -76,7 +82,7 @@ TEST_F(StreamTest, PipelinedReplaysRunInOrder) {
   EXPECT_EQ(Value(), expect);
 }
 
-TEST_F(StreamTest, MoreThanTheWindowOutstandingAllCompleteInOrder) {
+TEST_P(StreamTest, MoreThanTheWindowOutstandingAllCompleteInOrder) {
   Client small = Client::Connect(daemon_->address(), /*stream_window=*/4);
   auto s = small.OpenSession("cpu:0");
   ASSERT_TRUE(s.ok());
@@ -99,7 +105,7 @@ TEST_F(StreamTest, MoreThanTheWindowOutstandingAllCompleteInOrder) {
   EXPECT_EQ((*s->ReadVector<int64_t>(*x, 1))[0], expect);
 }
 
-TEST_F(StreamTest, AFailureCancelsTheOperationsQueuedBehindItUntilResume) {
+TEST_P(StreamTest, AFailureCancelsTheOperationsQueuedBehindItUntilResume) {
   auto raw = OpenRaw();
   ASSERT_TRUE(raw->stream->Write(ReplayRequest(1, 1)));
   ASSERT_TRUE(raw->stream->Write(ReplayRequest(2, 5000)));  // out of range
@@ -125,7 +131,7 @@ TEST_F(StreamTest, AFailureCancelsTheOperationsQueuedBehindItUntilResume) {
   EXPECT_EQ(Value(), Expected(0, {1, 3, 4}));
 }
 
-TEST_F(StreamTest, ContinueOnErrorLetsLaterOperationsRun) {
+TEST_P(StreamTest, ContinueOnErrorLetsLaterOperationsRun) {
   auto raw = OpenRaw();
   v1::SessionRequest bad = ReplayRequest(1, 0);
   bad.set_continue_on_error(true);
@@ -140,13 +146,13 @@ TEST_F(StreamTest, ContinueOnErrorLetsLaterOperationsRun) {
   EXPECT_EQ(Value(), 7);
 }
 
-TEST_F(StreamTest, TheClientResumesAfterAnErrorItHasSeen) {
+TEST_P(StreamTest, TheClientResumesAfterAnErrorItHasSeen) {
   EXPECT_EQ(session_->Replay(*graph_, {x_.get(), int64_t{0}}).status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_TRUE(session_->Replay(*graph_, {x_.get(), int64_t{9}}).ok());
   EXPECT_EQ(Value(), 9);
 }
 
-TEST_F(StreamTest, InlineWritesReadsLaunchesAndKeepAlive) {
+TEST_P(StreamTest, InlineWritesReadsLaunchesAndKeepAlive) {
   auto raw = OpenRaw();
   auto req = [&](uint64_t seq) {
     v1::SessionRequest r;
@@ -188,7 +194,7 @@ TEST_F(StreamTest, InlineWritesReadsLaunchesAndKeepAlive) {
   EXPECT_EQ(replies[5].code(), int(grpc::StatusCode::INVALID_ARGUMENT));
 }
 
-TEST_F(StreamTest, AStreamForAnotherSessionOrNoneIsRefused) {
+TEST_P(StreamTest, AStreamForAnotherSessionOrNoneIsRefused) {
   auto raw = OpenRaw();
   v1::SessionRequest r = ReplayRequest(1, 1);
   r.set_session(12345);
@@ -212,7 +218,7 @@ TEST_F(StreamTest, AStreamForAnotherSessionOrNoneIsRefused) {
   EXPECT_EQ(Value(), 0);
 }
 
-TEST_F(StreamTest, SequenceWithASteppingVariable) {
+TEST_P(StreamTest, SequenceWithASteppingVariable) {
   SequenceSpec spec;
   spec.base = {x_.get(), int64_t{17}};
   spec.step_param = 1;
@@ -239,7 +245,7 @@ TEST_F(StreamTest, SequenceWithASteppingVariable) {
   EXPECT_EQ(session_->DescribeGraph(*graph_)->replays(), 20u);
 }
 
-TEST_F(StreamTest, SequenceWithExplicitVectorsReturnsTheLastReads) {
+TEST_P(StreamTest, SequenceWithExplicitVectorsReturnsTheLastReads) {
   SequenceSpec spec;
   for (int64_t pos : {3, 1, 4, 1, 5}) spec.vectors.push_back({x_.get(), pos});
   spec.reads = {View{x_.get()}};
@@ -251,7 +257,7 @@ TEST_F(StreamTest, SequenceWithExplicitVectorsReturnsTheLastReads) {
   EXPECT_EQ(v, Expected(0, {3, 1, 4, 1, 5}));
 }
 
-TEST_F(StreamTest, ASequenceIsCheckedWholeBeforeAnyReplayRuns) {
+TEST_P(StreamTest, ASequenceIsCheckedWholeBeforeAnyReplayRuns) {
   SequenceSpec past_range;
   past_range.base = {x_.get(), int64_t{990}};
   past_range.step_param = 1;
@@ -279,7 +285,7 @@ TEST_F(StreamTest, ASequenceIsCheckedWholeBeforeAnyReplayRuns) {
   EXPECT_EQ(session_->DescribeGraph(*graph_)->replays(), 0u);
 }
 
-TEST_F(StreamTest, ABrokenStreamRunsNothingMoreAndLeavesTheSessionUsable) {
+TEST_P(StreamTest, ABrokenStreamRunsNothingMoreAndLeavesTheSessionUsable) {
   {
     auto raw = OpenRaw();
     for (uint64_t seq = 1; seq <= 3; ++seq) ASSERT_TRUE(raw->stream->Write(ReplayRequest(seq, 1)));
@@ -297,7 +303,7 @@ TEST_F(StreamTest, ABrokenStreamRunsNothingMoreAndLeavesTheSessionUsable) {
   EXPECT_EQ(Value(), v * 2 + 1);
 }
 
-TEST_F(StreamTest, EightClientsPipelineOnTheirOwnSessions) {
+TEST_P(StreamTest, EightClientsPipelineOnTheirOwnSessions) {
   std::atomic<int> failures{0};
   std::vector<std::thread> threads;
   for (int c = 0; c < 8; ++c) {
@@ -327,6 +333,9 @@ TEST_F(StreamTest, EightClientsPipelineOnTheirOwnSessions) {
   for (auto& t : threads) t.join();
   EXPECT_EQ(failures, 0);
 }
+
+INSTANTIATE_TEST_SUITE_P(Window, StreamTest, ::testing::Values(size_t{0}, size_t{8}),
+                         [](const auto& info) { return absl::StrCat("window", info.param); });
 
 }  // namespace
 }  // namespace replayd::client

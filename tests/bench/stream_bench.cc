@@ -1,0 +1,267 @@
+// Session stream benchmarks, client and daemon in separate processes over loopback.
+// Baselines, measured in the same run against a plain gRPC server of the same build:
+//   - an empty ping-pong on a bidirectional stream with a 4 KiB reply (round trip);
+//   - the same stream pipelined: messages/s from one client that does not wait.
+// Figures: the 32-kernel chain replay with a 4 KiB read-back over the Session stream;
+// pipelined replays/s from one client and from 8; replay-sequence replays/s against the
+// same replays run in-process with no RPC at all (the device-only rate).
+//
+//   replayd_stream_bench [--runs=7] [--iterations=2000] [--placement=split]
+#include <grpcpp/grpcpp.h>
+
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <thread>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/strings/str_cat.h"
+#include "baseline.grpc.pb.h"
+#include "client/client.h"
+#include "drivers/cpu/cpu_driver.h"
+#include "engine/engine.h"
+#include "tests/bench/bench_support.h"
+
+ABSL_FLAG(std::string, replayd, "", "the daemon binary (default: next to this build's server/)");
+ABSL_FLAG(int, runs, 7, "interleaved runs per figure; medians are reported");
+ABSL_FLAG(int, iterations, 2000, "round trips per latency run; messages per throughput run");
+ABSL_FLAG(std::string, placement, "split",
+          "split: client on core 0, servers on core 1; any: left to the scheduler");
+ABSL_FLAG(std::string, serve_baseline, "", "internal: serve the baseline service here");
+ABSL_FLAG(int, stream_window, 0, "the daemon's --stream_window");
+
+namespace replayd::bench {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+constexpr int kCalls = 32, kFloats = 1024;
+constexpr char kStep[] = R"(
+void step(float *x, int n, int pos) {
+  for (int i = 0; i < n; ++i) x[i] = x[i] * 0.5f + (float)pos;
+})";
+
+double Seconds(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
+
+double MedianLatencyUs(int iterations, const std::function<bool()>& call) {
+  std::vector<double> samples;
+  for (int i = 0; i < iterations; ++i) {
+    auto start = Clock::now();
+    if (!call()) {
+      std::fprintf(stderr, "call failed\n");
+      std::exit(1);
+    }
+    samples.push_back(Seconds(Clock::now() - start) * 1e6);
+  }
+  return Median(samples);
+}
+
+// The chain of `calls` calls, captured in `session`, over its buffer `x`.
+absl::StatusOr<client::Graph> CaptureChain(client::Session& session, const client::Program& program,
+                                           const client::Buffer& x, int calls, int floats) {
+  const client::Variable pos{"pos", 1, 1 << 30, 1};
+  if (absl::Status s = session.BeginCapture({&x}, {pos}); !s.ok()) return s;
+  client::LaunchSpec spec;
+  spec.args = {client::View{&x}, int64_t{floats}, client::Expr{"pos"}};
+  spec.variables = {{pos, 1}};
+  for (int c = 0; c < calls; ++c)
+    if (absl::Status s = session.Launch(program, spec).status(); !s.ok()) return s;
+  return session.EndCapture({});
+}
+
+struct Client1 {
+  std::unique_ptr<client::Client> client;
+  std::unique_ptr<client::Session> session;
+  std::unique_ptr<client::Program> program;
+  std::unique_ptr<client::Buffer> x;
+  std::unique_ptr<client::Graph> graph;
+
+  static Client1 Open(const std::string& address, int calls = kCalls, int floats = kFloats) {
+    Client1 c;
+    c.client = std::make_unique<client::Client>(client::Client::Connect(address, 256));
+    c.session = std::make_unique<client::Session>(*c.client->OpenSession("cpu:0"));
+    c.program = std::make_unique<client::Program>(
+        *c.session->Load({"cpu-c", kStep, "step", *client::ParseSignature("inout,int32,int32"), {}}));
+    c.x = std::make_unique<client::Buffer>(*c.session->Alloc(kFloats * 4));
+    auto g = CaptureChain(*c.session, *c.program, *c.x, calls, floats);
+    if (!g.ok()) {
+      std::fprintf(stderr, "%s\n", g.status().ToString().c_str());
+      std::exit(1);
+    }
+    c.graph = std::make_unique<client::Graph>(std::move(*g));
+    return c;
+  }
+
+  // Replays/s with `n` replays queued without waiting.
+  double Pipelined(int n) {
+    std::vector<std::future<absl::StatusOr<client::ReplayResult>>> futures;
+    futures.reserve(n);
+    auto start = Clock::now();
+    for (int i = 0; i < n; ++i) futures.push_back(session->ReplayAsync(*graph, {x.get(), int64_t{1 + i}}));
+    for (auto& f : futures)
+      if (!f.get().ok()) std::exit(1);
+    return n / Seconds(Clock::now() - start);
+  }
+};
+
+// The device-only rate: the same chain replayed in this process, no RPC.
+double InProcessReplaysPerSecond(int n, int runs) {
+  char dir[] = "/tmp/replayd-bench-XXXXXX";
+  EngineOptions options;
+  options.cache_dir = mkdtemp(dir);
+  CpuDriverOptions cpu;
+  cpu.memory_limit = 64 << 20;
+  CpuDriver driver(cpu);
+  auto engine = *Engine::Create(options, driver.Discover());
+  auto session = *engine->OpenSession("default", "cpu:0");
+  Signature sig;
+  sig.params = {{"x", ParamKind::kBuffer, Access::kInout}, {"n", ParamKind::kInt32, Access::kNone},
+                {"pos", ParamKind::kInt32, Access::kNone}};
+  auto program = *session->LoadProgram({"cpu-c", kStep, "step", sig, {}});
+  Handle x = *session->AllocBuffer(kFloats * 4);
+  Variable pos{"pos", 1, 1 << 30, 1};
+  (void)session->BeginCapture({x}, {pos});
+  LaunchOp op;
+  op.program = program.handle;
+  op.variables = {{pos, 1}};
+  op.args = {ViewArg{x, 0, 0}, Expression::Constant(kFloats), Expression::Var(0)};
+  for (int c = 0; c < kCalls; ++c) (void)session->Launch(op);
+  auto graph = *session->EndCapture({});
+  ReplaySequenceOp seq;
+  seq.graph = graph.handle;
+  seq.base = {BufferParam{x}, int64_t{1}};
+  seq.step_param = 1;
+  seq.step = 1;
+  seq.count = n;
+  std::vector<double> rates;
+  for (int r = 0; r < runs; ++r) {
+    auto start = Clock::now();
+    if (!session->ReplaySequence(seq, [](uint64_t, const ReplayResult&) { return absl::OkStatus(); }).ok())
+      std::exit(1);
+    rates.push_back(n / Seconds(Clock::now() - start));
+  }
+  std::error_code ec;
+  std::filesystem::remove_all(options.cache_dir, ec);
+  return Median(rates);
+}
+
+std::string SiblingPath(const std::string& name) {
+  std::filesystem::path self = std::filesystem::read_symlink("/proc/self/exe");
+  return (self.parent_path().parent_path().parent_path() / "server" / name).string();
+}
+
+int Main() {
+  const bool split = absl::GetFlag(FLAGS_placement) == "split";
+  const int runs = absl::GetFlag(FLAGS_runs), iterations = absl::GetFlag(FLAGS_iterations);
+  std::string daemon_path = absl::GetFlag(FLAGS_replayd);
+  if (daemon_path.empty()) daemon_path = SiblingPath("replayd");
+  const std::string baseline_addr = absl::StrCat("127.0.0.1:", FreePort());
+  const std::string daemon_addr = absl::StrCat("127.0.0.1:", FreePort());
+  char cache_template[] = "/tmp/replayd-bench-XXXXXX";
+  const std::string cache_dir = mkdtemp(cache_template);
+  const int server_cpu = split ? 1 : -1;
+  ChildProcess baseline({std::filesystem::read_symlink("/proc/self/exe").string(),
+                         "--serve_baseline=" + baseline_addr},
+                        server_cpu);
+  ChildProcess daemon({daemon_path, "--listen=" + daemon_addr, "--cache_dir=" + cache_dir, "--log_level=warn",
+                       absl::StrCat("--stream_window=", absl::GetFlag(FLAGS_stream_window))},
+                      server_cpu);
+  // The device-only rate first, on the daemon's core, before the daemon is busy.
+  PinTo(server_cpu);
+  const int sequence_n = iterations;
+  const double in_process = InProcessReplaysPerSecond(sequence_n, runs);
+  PinTo(split ? 0 : -1);
+  if (!WaitForServer(baseline_addr, absl::Seconds(20)) || !WaitForServer(daemon_addr, absl::Seconds(20))) {
+    std::fprintf(stderr, "servers did not start (daemon: %s)\n", daemon_path.c_str());
+    return 1;
+  }
+  auto baseline_stub = Baseline::NewStub(grpc::CreateChannel(baseline_addr, grpc::InsecureChannelCredentials()));
+  grpc::ClientContext chat_context;
+  auto chat = baseline_stub->Chat(&chat_context);
+  Client1 one = Client1::Open(daemon_addr);
+  const std::vector<client::View> read = {client::View{one.x.get(), 0, 4096}};
+
+  auto ping_pong = [&] {
+    Blob in, out;
+    return MedianLatencyUs(iterations, [&] { return chat->Write(in) && chat->Read(&out); });
+  };
+  auto replay_round_trip = [&] {
+    return MedianLatencyUs(iterations, [&] {
+      auto r = one.session->Replay(*one.graph, {one.x.get(), int64_t{3}}, true, read);
+      return r.ok() && r->reads[0].size() == 4096;
+    });
+  };
+  auto stream_pipelined = [&] {
+    Blob in, out;
+    auto start = Clock::now();
+    std::thread writer([&] {
+      for (int i = 0; i < iterations; ++i) chat->Write(in);
+    });
+    for (int i = 0; i < iterations; ++i) chat->Read(&out);
+    writer.join();
+    return iterations / Seconds(Clock::now() - start);
+  };
+  auto replay_pipelined = [&] { return one.Pipelined(iterations); };
+  auto sequence = [&] {
+    client::SequenceSpec spec;
+    spec.base = {one.x.get(), int64_t{1}};
+    spec.step_param = 1;
+    spec.count = sequence_n;
+    spec.reads = read;
+    auto start = Clock::now();
+    auto r = one.session->ReplaySequence(*one.graph, spec);
+    if (!r.ok() || r->replays != uint32_t(sequence_n)) std::exit(1);
+    return sequence_n / Seconds(Clock::now() - start);
+  };
+  Client1 tiny = Client1::Open(daemon_addr, 1, 1);
+  auto tiny_pipelined = [&] { return tiny.Pipelined(iterations); };
+  std::vector<Client1> eight;
+  for (int c = 0; c < 8; ++c) eight.push_back(Client1::Open(daemon_addr));
+  auto eight_pipelined = [&] {
+    std::vector<std::thread> threads;
+    const int each = std::max(1, iterations / 8);
+    auto start = Clock::now();
+    for (auto& c : eight) threads.emplace_back([&c, each] { c.Pipelined(each); });
+    for (auto& t : threads) t.join();
+    return 8 * each / Seconds(Clock::now() - start);
+  };
+
+  (void)one.Pipelined(200);
+  std::vector<double> m = InterleavedMedians(
+      {ping_pong, replay_round_trip, stream_pipelined, replay_pipelined, eight_pipelined, sequence,
+       tiny_pipelined},
+      runs);
+  chat->WritesDone();
+  chat->Finish();
+  std::printf("replayd stream benchmarks: a %d-kernel chain over %d floats with variable pos\n", kCalls, kFloats);
+  std::printf("client and daemon as separate processes on loopback; placement: %s\n",
+              split ? "client pinned to core 0, daemon and baseline server to core 1" : "left to the scheduler");
+  std::printf("%d interleaved runs, medians; %d round trips or messages per run; daemon --stream_window=%d\n\n",
+              runs, iterations, absl::GetFlag(FLAGS_stream_window));
+  std::printf("%-50s %12s %12s %8s  %s\n", "figure", "baseline", "replayd", "ratio", "target");
+  std::printf("%-50s %9.1f us %9.1f us %7.2fx  %s\n", "replay + 4 KiB read vs stream ping-pong (4 KiB)",
+              m[0], m[1], m[1] / m[0], "<= 1.3x");
+  std::printf("%-50s %10.0f/s %10.0f/s %7.2fx  %s\n", "pipelined replays, 1 client vs pipelined stream",
+              m[2], m[3], m[3] / m[2], ">= 0.7x");
+  std::printf("%-50s %10.0f/s %10.0f/s %7.2fx  %s\n", "pipelined replays, 8 clients vs pipelined stream",
+              m[2], m[4], m[4] / m[2], "");
+  std::printf("%-50s %10.0f/s %10.0f/s %7.2fx  %s\n", "replay sequence vs in-process replays (no RPC)",
+              in_process, m[5], m[5] / in_process, ">= 0.9x");
+  std::printf("%-50s %10.0f/s %10.0f/s %7.2fx  %s\n", "pipelined replays of a 1-call graph vs stream",
+              m[2], m[6], m[6] / m[2], "");
+  std::printf("\nthe chain's device-only rate is %.0f replays/s (%.1f us each)\n", in_process, 1e6 / in_process);
+  eight.clear();
+  std::error_code ec;
+  std::filesystem::remove_all(cache_dir, ec);
+  return 0;
+}
+
+}  // namespace
+}  // namespace replayd::bench
+
+int main(int argc, char** argv) {
+  absl::ParseCommandLine(argc, argv);
+  if (!absl::GetFlag(FLAGS_serve_baseline).empty())
+    return replayd::bench::ServeBaseline(absl::GetFlag(FLAGS_serve_baseline));
+  return replayd::bench::Main();
+}
