@@ -9,9 +9,20 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstdio>
+#include <filesystem>
 #include <grpcpp/grpcpp.h>
 
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/strings/str_cat.h"
 #include "baseline.grpc.pb.h"
+
+ABSL_FLAG(std::string, replayd, "", "the daemon binary (default: this build's server/replayd)");
+ABSL_FLAG(int, runs, 7, "interleaved runs per figure; medians are reported");
+ABSL_FLAG(std::string, placement, "split",
+          "split: client on core 0, daemon and baseline server on core 1; any: left to the scheduler");
+ABSL_FLAG(std::string, serve_baseline, "", "internal: serve the baseline service at this address");
 
 namespace replayd::bench {
 
@@ -118,6 +129,52 @@ int ServeBaseline(const std::string& address) {
 bool WaitForServer(const std::string& address, absl::Duration timeout) {
   auto channel = grpc::CreateChannel(address, grpc::InsecureChannelCredentials());
   return channel->WaitForConnected(absl::ToChronoTime(absl::Now() + timeout));
+}
+
+BenchServers::~BenchServers() {
+  daemon.reset();
+  baseline.reset();
+  std::error_code ec;
+  std::filesystem::remove_all(cache_dir, ec);
+}
+
+std::string BenchServers::Placement() const {
+  return split ? "client pinned to core 0, daemon and baseline server to core 1"
+               : "left to the scheduler";
+}
+
+std::unique_ptr<BenchServers> StartServers(const std::vector<std::string>& daemon_args) {
+  auto servers = std::make_unique<BenchServers>();
+  servers->split = absl::GetFlag(FLAGS_placement) == "split";
+  servers->server_cpu = servers->split ? 1 : -1;
+  const std::filesystem::path self = std::filesystem::read_symlink("/proc/self/exe");
+  std::string daemon_path = absl::GetFlag(FLAGS_replayd);
+  if (daemon_path.empty())
+    daemon_path = (self.parent_path().parent_path().parent_path() / "server" / "replayd").string();
+  servers->baseline_address = absl::StrCat("127.0.0.1:", FreePort());
+  servers->daemon_address = absl::StrCat("127.0.0.1:", FreePort());
+  char cache_template[] = "/tmp/replayd-bench-XXXXXX";
+  servers->cache_dir = mkdtemp(cache_template);
+  servers->baseline = std::make_unique<ChildProcess>(
+      std::vector<std::string>{self.string(), "--serve_baseline=" + servers->baseline_address},
+      servers->server_cpu);
+  std::vector<std::string> argv = {daemon_path, "--listen=" + servers->daemon_address,
+                                   "--cache_dir=" + servers->cache_dir, "--log_level=warn"};
+  argv.insert(argv.end(), daemon_args.begin(), daemon_args.end());
+  servers->daemon = std::make_unique<ChildProcess>(argv, servers->server_cpu);
+  PinTo(servers->split ? 0 : -1);
+  if (!WaitForServer(servers->baseline_address, absl::Seconds(20)) ||
+      !WaitForServer(servers->daemon_address, absl::Seconds(20))) {
+    std::fprintf(stderr, "servers did not start (daemon: %s)\n", daemon_path.c_str());
+    std::exit(1);
+  }
+  return servers;
+}
+
+int BenchMain(int argc, char** argv, int (*bench)()) {
+  absl::ParseCommandLine(argc, argv);
+  if (!absl::GetFlag(FLAGS_serve_baseline).empty()) return ServeBaseline(absl::GetFlag(FLAGS_serve_baseline));
+  return bench();
 }
 
 double Median(std::vector<double> values) {

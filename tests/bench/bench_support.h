@@ -9,7 +9,16 @@
 #include <string>
 #include <vector>
 
+#include <memory>
+
+#include "absl/flags/declare.h"
 #include "absl/time/time.h"
+
+// Flags every bench binary takes.
+ABSL_DECLARE_FLAG(std::string, replayd);
+ABSL_DECLARE_FLAG(int, runs);
+ABSL_DECLARE_FLAG(std::string, placement);
+ABSL_DECLARE_FLAG(std::string, serve_baseline);
 
 namespace replayd::bench {
 
@@ -38,6 +47,27 @@ int ServeBaseline(const std::string& address);
 
 // Waits until a gRPC server answers at `address`; false after `timeout`.
 bool WaitForServer(const std::string& address, absl::Duration timeout);
+
+// The daemon and the baseline server of one bench run, as separate processes on
+// loopback, placed by --placement; the compile cache is removed at the end.
+struct BenchServers {
+  ~BenchServers();
+  bool split = true;        // client on core 0, servers on core 1
+  int server_cpu = 1;       // -1 when left to the scheduler
+  std::string daemon_address, baseline_address, cache_dir;
+  std::unique_ptr<ChildProcess> baseline, daemon;
+
+  // A line saying how the processes were placed.
+  std::string Placement() const;
+};
+
+// Starts both (the daemon with `daemon_args` added) and pins this process's thread;
+// exits the process when either does not answer in time.
+std::unique_ptr<BenchServers> StartServers(const std::vector<std::string>& daemon_args);
+
+// main() of a bench binary: parses flags, serves the baseline when asked to, else runs
+// `bench`.
+int BenchMain(int argc, char** argv, int (*bench)());
 
 // The median of `values`.
 double Median(std::vector<double> values);

@@ -19,13 +19,8 @@
 #include "client/client.h"
 #include "tests/bench/bench_support.h"
 
-ABSL_FLAG(std::string, replayd, "", "the daemon binary (default: next to this build's server/)");
-ABSL_FLAG(int, runs, 7, "interleaved runs per figure; medians are reported");
 ABSL_FLAG(int, iterations, 2000, "round trips per latency run");
 ABSL_FLAG(int, transfer_mib, 256, "MiB per transfer run");
-ABSL_FLAG(std::string, placement, "split",
-          "split: client on core 0, servers on core 1; any: left to the scheduler");
-ABSL_FLAG(std::string, serve_baseline, "", "internal: serve the baseline service here");
 
 namespace replayd::bench {
 namespace {
@@ -59,35 +54,13 @@ double Throughput(uint64_t bytes, const std::function<bool()>& transfer) {
   return double(bytes) / (1 << 20) / (Micros(Clock::now() - start) / 1e6);
 }
 
-std::string DefaultDaemonPath() {
-  std::filesystem::path self = std::filesystem::read_symlink("/proc/self/exe");
-  return (self.parent_path().parent_path().parent_path() / "server" / "replayd").string();
-}
-
 int Main() {
-  const bool split = absl::GetFlag(FLAGS_placement) == "split";
   const int runs = absl::GetFlag(FLAGS_runs), iterations = absl::GetFlag(FLAGS_iterations);
   const uint64_t transfer = uint64_t(absl::GetFlag(FLAGS_transfer_mib)) << 20;
-  std::string daemon_path = absl::GetFlag(FLAGS_replayd);
-  if (daemon_path.empty()) daemon_path = DefaultDaemonPath();
-
-  const std::string baseline_addr = absl::StrCat("127.0.0.1:", FreePort());
-  const std::string daemon_addr = absl::StrCat("127.0.0.1:", FreePort());
-  char cache_template[] = "/tmp/replayd-bench-XXXXXX";
-  const std::string cache_dir = mkdtemp(cache_template);
-  const int server_cpu = split ? 1 : -1;
-  ChildProcess baseline({std::filesystem::read_symlink("/proc/self/exe").string(),
-                         "--serve_baseline=" + baseline_addr},
-                        server_cpu);
-  ChildProcess daemon({daemon_path, "--listen=" + daemon_addr, "--cache_dir=" + cache_dir,
-                       "--log_level=warn", absl::StrCat("--cpu_memory_limit=", 2 * transfer + (64 << 20))},
-                      server_cpu);
-  PinTo(split ? 0 : -1);
-  if (!WaitForServer(baseline_addr, absl::Seconds(20)) ||
-      !WaitForServer(daemon_addr, absl::Seconds(20))) {
-    std::fprintf(stderr, "servers did not start (daemon: %s)\n", daemon_path.c_str());
-    return 1;
-  }
+  std::unique_ptr<BenchServers> servers =
+      StartServers({absl::StrCat("--cpu_memory_limit=", 2 * transfer + (64 << 20))});
+  const std::string& baseline_addr = servers->baseline_address;
+  const std::string& daemon_addr = servers->daemon_address;
 
   grpc::ChannelArguments args;
   args.SetMaxReceiveMessageSize(20 << 20);
@@ -160,8 +133,7 @@ int Main() {
 
   std::printf("replayd eager benchmarks: client and daemon as separate processes on loopback\n");
   std::printf("placement: %s; %d interleaved runs, medians; %d round trips per latency run; %d MiB per transfer\n\n",
-              split ? "client pinned to core 0, daemon and baseline server to core 1"
-                    : "left to the scheduler",
+              servers->Placement().c_str(),
               runs, iterations, int(transfer >> 20));
   std::printf("%-34s %12s %12s %8s %s\n", "figure", "baseline", "replayd", "ratio", "target");
   std::printf("%-34s %9.1f us %9.1f us %7.2fx %s\n", "empty-kernel Launch vs empty RPC",
@@ -171,17 +143,10 @@ int Main() {
   std::printf("%-34s %7.0f MiB/s %6.0f MiB/s %7.2fx %s\n", "ReadBuffer vs plain download",
               down[0], down[1], down[1] / down[0], ">= 0.7x");
   *buffer = client::Buffer();
-  std::error_code ec;
-  std::filesystem::remove_all(cache_dir, ec);
   return 0;
 }
 
 }  // namespace
 }  // namespace replayd::bench
 
-int main(int argc, char** argv) {
-  absl::ParseCommandLine(argc, argv);
-  if (!absl::GetFlag(FLAGS_serve_baseline).empty())
-    return replayd::bench::ServeBaseline(absl::GetFlag(FLAGS_serve_baseline));
-  return replayd::bench::Main();
-}
+int main(int argc, char** argv) { return replayd::bench::BenchMain(argc, argv, replayd::bench::Main); }

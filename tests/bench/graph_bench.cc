@@ -21,12 +21,7 @@
 #include "client/client.h"
 #include "tests/bench/bench_support.h"
 
-ABSL_FLAG(std::string, replayd, "", "the daemon binary (default: next to this build's server/)");
-ABSL_FLAG(int, runs, 7, "interleaved runs per figure; medians are reported");
 ABSL_FLAG(int, iterations, 1000, "round trips per latency run");
-ABSL_FLAG(std::string, placement, "split",
-          "split: client on core 0, servers on core 1; any: left to the scheduler");
-ABSL_FLAG(std::string, serve_baseline, "", "internal: serve the baseline service here");
 
 namespace replayd::bench {
 namespace {
@@ -53,32 +48,11 @@ double LatencyRun(int iterations, const std::function<bool(int)>& call) {
   return Median(samples);
 }
 
-std::string SiblingPath(const std::string& name) {
-  std::filesystem::path self = std::filesystem::read_symlink("/proc/self/exe");
-  return (self.parent_path().parent_path().parent_path() / "server" / name).string();
-}
-
 int Main() {
-  const bool split = absl::GetFlag(FLAGS_placement) == "split";
   const int runs = absl::GetFlag(FLAGS_runs), iterations = absl::GetFlag(FLAGS_iterations);
-  std::string daemon_path = absl::GetFlag(FLAGS_replayd);
-  if (daemon_path.empty()) daemon_path = SiblingPath("replayd");
-  const std::string baseline_addr = absl::StrCat("127.0.0.1:", FreePort());
-  const std::string daemon_addr = absl::StrCat("127.0.0.1:", FreePort());
-  char cache_template[] = "/tmp/replayd-bench-XXXXXX";
-  const std::string cache_dir = mkdtemp(cache_template);
-  const int server_cpu = split ? 1 : -1;
-  ChildProcess baseline({std::filesystem::read_symlink("/proc/self/exe").string(),
-                         "--serve_baseline=" + baseline_addr},
-                        server_cpu);
-  ChildProcess daemon({daemon_path, "--listen=" + daemon_addr, "--cache_dir=" + cache_dir,
-                       "--log_level=warn"},
-                      server_cpu);
-  PinTo(split ? 0 : -1);
-  if (!WaitForServer(baseline_addr, absl::Seconds(20)) || !WaitForServer(daemon_addr, absl::Seconds(20))) {
-    std::fprintf(stderr, "servers did not start (daemon: %s)\n", daemon_path.c_str());
-    return 1;
-  }
+  std::unique_ptr<BenchServers> servers = StartServers({});
+  const std::string& baseline_addr = servers->baseline_address;
+  const std::string& daemon_addr = servers->daemon_address;
   auto baseline_stub = Baseline::NewStub(grpc::CreateChannel(baseline_addr, grpc::InsecureChannelCredentials()));
   Client client = Client::Connect(daemon_addr);
   auto session = client.OpenSession("cpu:0");
@@ -134,6 +108,12 @@ int Main() {
       return r.ok() && r->reads[0].size() == 4096;
     });
   };
+  auto replay_unary = [&] {
+    return LatencyRun(iterations, [&](int i) {
+      auto r = session->ReplayUnary(*graph, {&*x, int64_t{1 + i}}, true, read);
+      return r.ok() && r->reads[0].size() == 4096;
+    });
+  };
   auto replay_fixed = [&] {
     return LatencyRun(iterations, [&](int) {
       return session->Replay(*graph, {&*x, int64_t{7}}, true, read).ok();
@@ -176,16 +156,19 @@ int Main() {
     if (r.ok()) device_us = r->device_seconds * 1e6;
   }
   std::vector<double> m = InterleavedMedians(
-      {empty_rpc, replay_changing, replay_fixed, eager_chain, define, recapture}, runs);
-  const double empty = m[0], changing = m[1], fixed = m[2], eager = m[3], def_us = m[4], recap = m[5];
+      {empty_rpc, replay_changing, replay_fixed, eager_chain, define, recapture, replay_unary}, runs);
+  const double empty = m[0], changing = m[1], fixed = m[2], eager = m[3], def_us = m[4], recap = m[5],
+               unary = m[6];
 
   std::printf("replayd graph benchmarks: a %d-kernel chain over %d floats with variable pos\n", kCalls, kFloats);
   std::printf("client and daemon as separate processes on loopback; placement: %s\n",
-              split ? "client pinned to core 0, daemon and baseline server to core 1" : "left to the scheduler");
+              servers->Placement().c_str());
   std::printf("%d interleaved runs, medians of per-run median latencies; the chain's device time is %.1f us\n\n",
               runs, device_us);
   std::printf("%-46s %10s %10s %9s  %s\n", "figure", "baseline", "replayd", "ratio", "target");
-  std::printf("%-46s %7.1f us %7.1f us %8.2fx  %s\n", "replay + 4 KiB read vs empty unary RPC", empty,
+  std::printf("%-46s %7.1f us %7.1f us %8.2fx  %s\n", "unary ReplayGraph + 4 KiB read vs empty RPC", empty,
+              unary, unary / empty, "<= 1.2x");
+  std::printf("%-46s %7.1f us %7.1f us %8.2fx  %s\n", "stream replay + 4 KiB read vs empty unary RPC", empty,
               changing, changing / empty, "<= 1.2x");
   std::printf("%-46s %7.1f us %7.1f us %8.1fx  %s\n", "eager chain (32 Launch + read) vs replay", eager,
               changing, eager / changing, ">= 20x faster");
@@ -195,17 +178,10 @@ int Main() {
               def_us, def_us / empty, "");
   std::printf("%-46s %7.1f us %7.1f us %8.2fx  %s\n", "capture on a cache hit (34 RPCs) vs empty RPC", empty,
               recap, recap / empty, "");
-  std::error_code ec;
-  std::filesystem::remove_all(cache_dir, ec);
   return 0;
 }
 
 }  // namespace
 }  // namespace replayd::bench
 
-int main(int argc, char** argv) {
-  absl::ParseCommandLine(argc, argv);
-  if (!absl::GetFlag(FLAGS_serve_baseline).empty())
-    return replayd::bench::ServeBaseline(absl::GetFlag(FLAGS_serve_baseline));
-  return replayd::bench::Main();
-}
+int main(int argc, char** argv) { return replayd::bench::BenchMain(argc, argv, replayd::bench::Main); }

@@ -23,12 +23,7 @@
 #include "engine/engine.h"
 #include "tests/bench/bench_support.h"
 
-ABSL_FLAG(std::string, replayd, "", "the daemon binary (default: next to this build's server/)");
-ABSL_FLAG(int, runs, 7, "interleaved runs per figure; medians are reported");
 ABSL_FLAG(int, iterations, 2000, "round trips per latency run; messages per throughput run");
-ABSL_FLAG(std::string, placement, "split",
-          "split: client on core 0, servers on core 1; any: left to the scheduler");
-ABSL_FLAG(std::string, serve_baseline, "", "internal: serve the baseline service here");
 ABSL_FLAG(int, stream_window, 0, "the daemon's --stream_window");
 
 namespace replayd::bench {
@@ -145,36 +140,17 @@ double InProcessReplaysPerSecond(int n, int runs) {
   return Median(rates);
 }
 
-std::string SiblingPath(const std::string& name) {
-  std::filesystem::path self = std::filesystem::read_symlink("/proc/self/exe");
-  return (self.parent_path().parent_path().parent_path() / "server" / name).string();
-}
-
 int Main() {
-  const bool split = absl::GetFlag(FLAGS_placement) == "split";
   const int runs = absl::GetFlag(FLAGS_runs), iterations = absl::GetFlag(FLAGS_iterations);
-  std::string daemon_path = absl::GetFlag(FLAGS_replayd);
-  if (daemon_path.empty()) daemon_path = SiblingPath("replayd");
-  const std::string baseline_addr = absl::StrCat("127.0.0.1:", FreePort());
-  const std::string daemon_addr = absl::StrCat("127.0.0.1:", FreePort());
-  char cache_template[] = "/tmp/replayd-bench-XXXXXX";
-  const std::string cache_dir = mkdtemp(cache_template);
-  const int server_cpu = split ? 1 : -1;
-  ChildProcess baseline({std::filesystem::read_symlink("/proc/self/exe").string(),
-                         "--serve_baseline=" + baseline_addr},
-                        server_cpu);
-  ChildProcess daemon({daemon_path, "--listen=" + daemon_addr, "--cache_dir=" + cache_dir, "--log_level=warn",
-                       absl::StrCat("--stream_window=", absl::GetFlag(FLAGS_stream_window))},
-                      server_cpu);
-  // The device-only rate first, on the daemon's core, before the daemon is busy.
-  PinTo(server_cpu);
+  // The device-only rate first, on the daemon's core, before the daemon is started.
+  const bool split = absl::GetFlag(FLAGS_placement) == "split";
+  PinTo(split ? 1 : -1);
   const int sequence_n = iterations;
   const double in_process = InProcessReplaysPerSecond(sequence_n, runs);
-  PinTo(split ? 0 : -1);
-  if (!WaitForServer(baseline_addr, absl::Seconds(20)) || !WaitForServer(daemon_addr, absl::Seconds(20))) {
-    std::fprintf(stderr, "servers did not start (daemon: %s)\n", daemon_path.c_str());
-    return 1;
-  }
+  std::unique_ptr<BenchServers> servers =
+      StartServers({absl::StrCat("--stream_window=", absl::GetFlag(FLAGS_stream_window))});
+  const std::string& baseline_addr = servers->baseline_address;
+  const std::string& daemon_addr = servers->daemon_address;
   auto baseline_stub = Baseline::NewStub(grpc::CreateChannel(baseline_addr, grpc::InsecureChannelCredentials()));
   grpc::ClientContext chat_context;
   auto chat = baseline_stub->Chat(&chat_context);
@@ -235,7 +211,7 @@ int Main() {
   chat->Finish();
   std::printf("replayd stream benchmarks: a %d-kernel chain over %d floats with variable pos\n", kCalls, kFloats);
   std::printf("client and daemon as separate processes on loopback; placement: %s\n",
-              split ? "client pinned to core 0, daemon and baseline server to core 1" : "left to the scheduler");
+              servers->Placement().c_str());
   std::printf("%d interleaved runs, medians; %d round trips or messages per run; daemon --stream_window=%d\n\n",
               runs, iterations, absl::GetFlag(FLAGS_stream_window));
   std::printf("%-50s %12s %12s %8s  %s\n", "figure", "baseline", "replayd", "ratio", "target");
@@ -251,17 +227,10 @@ int Main() {
               m[2], m[6], m[6] / m[2], "");
   std::printf("\nthe chain's device-only rate is %.0f replays/s (%.1f us each)\n", in_process, 1e6 / in_process);
   eight.clear();
-  std::error_code ec;
-  std::filesystem::remove_all(cache_dir, ec);
   return 0;
 }
 
 }  // namespace
 }  // namespace replayd::bench
 
-int main(int argc, char** argv) {
-  absl::ParseCommandLine(argc, argv);
-  if (!absl::GetFlag(FLAGS_serve_baseline).empty())
-    return replayd::bench::ServeBaseline(absl::GetFlag(FLAGS_serve_baseline));
-  return replayd::bench::Main();
-}
+int main(int argc, char** argv) { return replayd::bench::BenchMain(argc, argv, replayd::bench::Main); }
