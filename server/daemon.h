@@ -22,7 +22,7 @@ struct DaemonOptions {
   std::vector<std::string> devices = {"cpu"};  // driver kinds to start
   EngineOptions engine;
   CpuDriverOptions cpu;
-  size_t stream_window = 0;  // Session stream read-ahead; 0 runs each request as it is read
+  size_t stream_window = 8;  // Session stream read-ahead; 0 runs each request as it is read
 };
 
 class Daemon {

@@ -25,7 +25,7 @@ ABSL_FLAG(int, graph_batch, 32, "calls in a graph's first batch; each later batc
 ABSL_FLAG(int, graph_cache_graphs, 256, "graphs one tenant may keep cached per device");
 ABSL_FLAG(uint64_t, graph_cache_bytes, uint64_t{1} << 30,
           "arena bytes one tenant may keep cached per device");
-ABSL_FLAG(int, stream_window, 0,
+ABSL_FLAG(int, stream_window, 8,
           "Session stream requests read ahead of execution per stream; 0 reads each after the "
           "previous one has been answered");
 ABSL_FLAG(int, shutdown_grace_seconds, 5, "time calls in flight get to finish at shutdown");

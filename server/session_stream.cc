@@ -192,6 +192,11 @@ class ReadAhead {
     stopped_ = true;
     queue_.clear();
   }
+  // True when a request is waiting: its reply will follow this one.
+  bool HasMore() {
+    absl::MutexLock lock(&mu_);
+    return !queue_.empty();
+  }
 
  private:
   const size_t window_;
@@ -228,7 +233,11 @@ grpc::Status ServeSessionStream(Engine& engine, absl::string_view tenant, size_t
   });
   while (std::unique_ptr<v1::SessionRequest> request = ahead.Pop()) {
     runner.Handle(*request, reply);
-    if (!stream->Write(reply) || context->IsCancelled()) {
+    // With more requests read, the transport may hold this reply and send it with the
+    // next; the reply to the last request read is sent at once.
+    grpc::WriteOptions options;
+    if (ahead.HasMore()) options.set_buffer_hint();
+    if (!stream->Write(reply, options) || context->IsCancelled()) {
       // Nothing more of this stream runs: drop what was read ahead, unblock the reader.
       ahead.Stop();
       context->TryCancel();

@@ -2,12 +2,13 @@
 // Each request runs through the same engine operation as its unary RPC; the stream is a
 // transport, not a second implementation.
 //
-// With a window of 0 the handler reads one request, runs it, writes its reply, and only
-// then reads the next: a request waits in the transport (HTTP/2 flow control pushes
-// back on the client), and no thread hop lies between the stream and the device. With a
-// window of W > 0 a reader thread reads up to W requests ahead into a bounded queue and
-// stops reading past it, so parsing overlaps execution at the price of a hand-off per
-// operation. README's numbers compare the two.
+// With a window of W > 0 (the default is 8) a reader thread reads up to W requests ahead
+// into a bounded queue and stops reading past it, so receiving overlaps execution, and a
+// reply is written with a buffer hint while more requests wait, letting the transport
+// send a burst of replies in one write. With a window of 0 the handler reads one
+// request, runs it, writes its reply and only then reads the next: no thread hop, one
+// write per reply. README's numbers compare the two; the window won on round trip and
+// on pipelined throughput.
 #ifndef REPLAYD_SERVER_SESSION_STREAM_H_
 #define REPLAYD_SERVER_SESSION_STREAM_H_
 

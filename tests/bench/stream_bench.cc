@@ -24,7 +24,7 @@
 #include "tests/bench/bench_support.h"
 
 ABSL_FLAG(int, iterations, 2000, "round trips per latency run; messages per throughput run");
-ABSL_FLAG(int, stream_window, 0, "the daemon's --stream_window");
+ABSL_FLAG(int, stream_window, 8, "the daemon's --stream_window");
 
 namespace replayd::bench {
 namespace {

@@ -29,7 +29,7 @@ class DaemonFixture : public ::testing::Test {
     uint64_t memory_limit = 256 << 20;
     size_t graph_cache_graphs = 256;
     uint64_t graph_cache_bytes = uint64_t{1} << 30;
-    size_t stream_window = 0;
+    size_t stream_window = 8;
   };
 
   void SetUp() override { Start(Options()); }
