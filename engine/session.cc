@@ -534,6 +534,11 @@ absl::Status Session::ReplayGraph(const ReplayOp& op, ReplayResult& result) {
   thread_local std::vector<uint64_t> addresses;
   thread_local std::vector<int64_t> values;
   thread_local std::vector<ResolvedRead> reads;
+  // The scratch keeps its capacity but must not keep the buffers alive past this call.
+  struct ReleaseReads {
+    std::vector<ResolvedRead>& reads;
+    ~ReleaseReads() { reads.clear(); }
+  } release{reads};
   if (absl::Status s = ResolveParams(**g, op.params, addresses, values); !s.ok()) return s;
   if (absl::Status s = ResolveReads(op.reads, reads); !s.ok()) return s;
   absl::StatusOr<std::optional<absl::Duration>> time =

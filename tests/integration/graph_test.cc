@@ -343,6 +343,18 @@ TEST_F(GraphTest, ReadsAreCheckedAndBounded) {
   EXPECT_EQ(r->reads[0].size(), 1u << 20);
 }
 
+TEST_F(GraphTest, AReadBufferIsFreedWhenItsHandleGoes) {
+  Buffer in = Alloc(kN * 4), out = Alloc(kN * 4);
+  auto graph = CaptureChain(in, out, 3);
+  ASSERT_TRUE(graph.ok());
+  const uint64_t before = FreeMemory();
+  {
+    Buffer extra = Alloc(1 << 20);
+    ASSERT_TRUE(session_->Replay(*graph, {&in, &out, int64_t{3}}, true, {View{&extra, 0, 16}}).ok());
+  }
+  EXPECT_EQ(FreeMemory(), before) << "a replay's reads must not hold the buffer";
+}
+
 TEST_F(GraphTest, ReplayDuringACaptureIsFailedPrecondition) {
   Buffer in = Alloc(kN * 4), out = Alloc(kN * 4);
   auto graph = CaptureChain(in, out, 3);

@@ -1,0 +1,66 @@
+// NVRTC, loaded at run time (libnvrtc.so.13 from the CUDA toolkit, or libnvrtc.so): the
+// compiler for cuda-c programs. It needs no GPU, so cuda-c sources are checked and turned
+// into PTX on any machine that has the toolkit's runtime libraries.
+//
+// Thread safety: thread-safe (NVRTC programs are independent).
+#ifndef REPLAYD_DRIVERS_CUDA_NVRTC_H_
+#define REPLAYD_DRIVERS_CUDA_NVRTC_H_
+
+#include <nvrtc.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+
+namespace replayd {
+
+struct PtxProgram {
+  std::string ptx;
+  std::string lowered_entry;  // the entry's name in the PTX (mangled unless extern "C")
+  std::string log;            // the compiler's warnings, if any
+};
+
+class Nvrtc {
+ public:
+  // UNAVAILABLE with the loader's reason when no NVRTC library can be opened.
+  static absl::StatusOr<std::unique_ptr<Nvrtc>> Load();
+  ~Nvrtc();
+
+  // "13.0".
+  std::string version() const;
+
+  // Compiles `source` for the virtual architecture of `arch` ("sm_90" -> compute_90) and
+  // returns its PTX and the lowered name of `entry`. INVALID_ARGUMENT carrying the
+  // program log (with line numbers in "program.cu") on a compile error or an option
+  // outside the allow-list (-DNAME[=VALUE], --use_fast_math, -lineinfo, --std=c++17,
+  // --std=c++20).
+  absl::StatusOr<PtxProgram> CompileToPtx(const std::string& source, const std::string& entry,
+                                          const std::string& arch,
+                                          const std::vector<std::string>& options) const;
+
+  static absl::Status CheckOptions(const std::vector<std::string>& options);
+
+ private:
+  Nvrtc() = default;
+  void* handle_ = nullptr;
+
+#define REPLAYD_NVRTC_ENTRY(name) decltype(&::name) name##_ = nullptr;
+  REPLAYD_NVRTC_ENTRY(nvrtcVersion)
+  REPLAYD_NVRTC_ENTRY(nvrtcGetErrorString)
+  REPLAYD_NVRTC_ENTRY(nvrtcCreateProgram)
+  REPLAYD_NVRTC_ENTRY(nvrtcDestroyProgram)
+  REPLAYD_NVRTC_ENTRY(nvrtcAddNameExpression)
+  REPLAYD_NVRTC_ENTRY(nvrtcCompileProgram)
+  REPLAYD_NVRTC_ENTRY(nvrtcGetProgramLogSize)
+  REPLAYD_NVRTC_ENTRY(nvrtcGetProgramLog)
+  REPLAYD_NVRTC_ENTRY(nvrtcGetPTXSize)
+  REPLAYD_NVRTC_ENTRY(nvrtcGetPTX)
+  REPLAYD_NVRTC_ENTRY(nvrtcGetLoweredName)
+#undef REPLAYD_NVRTC_ENTRY
+};
+
+}  // namespace replayd
+
+#endif  // REPLAYD_DRIVERS_CUDA_NVRTC_H_

@@ -1,0 +1,78 @@
+// NVRTC runs without a GPU: these compile CUDA C to PTX for sm_90 for real.
+#include "drivers/cuda/nvrtc.h"
+
+#include <gmock/gmock.h>
+
+#include "drivers/cuda/cuda_library.h"
+
+namespace replayd {
+namespace {
+
+using ::testing::HasSubstr;
+
+class NvrtcTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    auto n = Nvrtc::Load();
+    if (!n.ok()) GTEST_SKIP() << "no NVRTC on this machine: " << n.status();
+    nvrtc_ = std::move(*n);
+  }
+  std::unique_ptr<Nvrtc> nvrtc_;
+};
+
+TEST_F(NvrtcTest, CompilesCudaCToPtxForSm90) {
+  auto ptx = nvrtc_->CompileToPtx(R"(
+extern "C" __global__ void scale(float *x, int n, float k) {
+  int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < n) x[i] *= k;
+})",
+                                  "scale", "sm_90", {"-DUNUSED=1"});
+  ASSERT_TRUE(ptx.ok()) << ptx.status();
+  EXPECT_THAT(ptx->ptx, HasSubstr(".target sm_90"));
+  EXPECT_THAT(ptx->ptx, HasSubstr(".entry scale("));
+  EXPECT_EQ(ptx->lowered_entry, "scale");
+  EXPECT_FALSE(nvrtc_->version().empty());
+}
+
+TEST_F(NvrtcTest, ACppKernelGetsItsLoweredName) {
+  auto ptx = nvrtc_->CompileToPtx("__global__ void add(float *a, const float *b) { a[0] += b[0]; }",
+                                  "add", "sm_90", {});
+  ASSERT_TRUE(ptx.ok()) << ptx.status();
+  EXPECT_NE(ptx->lowered_entry, "add");  // mangled
+  EXPECT_THAT(ptx->ptx, HasSubstr(ptx->lowered_entry));
+}
+
+TEST_F(NvrtcTest, ABrokenSourceReturnsItsDiagnostics) {
+  auto ptx = nvrtc_->CompileToPtx("extern \"C\" __global__ void k(float *x) {\n  x[0] = nope;\n}\n",
+                                  "k", "sm_90", {});
+  EXPECT_EQ(ptx.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(ptx.status().message()), HasSubstr("program.cu(2)"));
+  EXPECT_THAT(std::string(ptx.status().message()), HasSubstr("nope"));
+}
+
+TEST_F(NvrtcTest, AMissingEntryAndBadOptionsAreRefused) {
+  EXPECT_EQ(nvrtc_->CompileToPtx("extern \"C\" __global__ void k() {}", "other", "sm_90", {}).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  for (std::string bad : {"--include-path=/etc", "-I/etc", "--pre-include=/etc/passwd", "-DA;B"})
+    EXPECT_EQ(nvrtc_->CompileToPtx("extern \"C\" __global__ void k() {}", "k", "sm_90", {bad}).status().code(),
+              absl::StatusCode::kInvalidArgument)
+        << bad;
+  EXPECT_EQ(nvrtc_->CompileToPtx("extern \"C\" __global__ void k() {}", "k", "90; rm", {}).status().code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
+TEST(CudaLibraryTest, LoadsOrSaysWhyNot) {
+  auto lib = CudaLibrary::Load();
+  if (!lib.ok()) {
+    // The development and CI machines have no NVIDIA driver.
+    EXPECT_EQ(lib.status().code(), absl::StatusCode::kUnavailable);
+    EXPECT_THAT(std::string(lib.status().message()), HasSubstr("libcuda.so.1"));
+    return;
+  }
+  int count = -1;
+  EXPECT_EQ((*lib)->cuDeviceGetCount(&count), CUDA_SUCCESS);
+  EXPECT_GE(count, 0);
+}
+
+}  // namespace
+}  // namespace replayd

@@ -1,0 +1,146 @@
+#include "engine/dependencies.h"
+
+#include <gmock/gmock.h>
+
+#include "engine/session.h"
+
+namespace replayd {
+namespace {
+
+using Edges = std::vector<std::pair<size_t, size_t>>;
+
+class FakeKernel : public Kernel {
+ public:
+  explicit FakeKernel(Signature s) : signature_(std::move(s)) {}
+  const Signature& signature() const override { return signature_; }
+
+ private:
+  Signature signature_;
+};
+
+// A context that only hands out distinct addresses, for constant buffers.
+class FakeContext : public Context {
+ public:
+  absl::StatusOr<Allocation> Allocate(uint64_t bytes) override { return Allocation{next_ += 1 << 20, bytes}; }
+  void Free(const Allocation&) override {}
+  absl::Status Write(const Allocation&, uint64_t, std::span<const uint8_t>) override { return {}; }
+  absl::Status Read(const Allocation&, uint64_t, std::span<uint8_t>) override { return {}; }
+  absl::Status Copy(const Allocation&, uint64_t, const Allocation&, uint64_t, uint64_t) override { return {}; }
+  absl::StatusOr<std::unique_ptr<Kernel>> Load(const ProgramSource&, const std::filesystem::path&) override {
+    return absl::UnimplementedError("");
+  }
+  absl::StatusOr<std::optional<absl::Duration>> Launch(const Kernel&, std::span<const ArgValue>, const Dim3&,
+                                                       const Dim3&, bool) override {
+    return std::optional<absl::Duration>();
+  }
+  absl::Status Synchronize() override { return {}; }
+  absl::StatusOr<std::unique_ptr<DeviceGraph>> Instantiate(std::span<const GraphNode>) override {
+    return absl::UnimplementedError("");
+  }
+  uint64_t address_space() const override { return 0; }
+
+ private:
+  uint64_t next_ = 0;
+};
+
+class DependenciesTest : public ::testing::Test {
+ protected:
+  // A program reading its first argument and writing its second: out = f(in).
+  std::shared_ptr<Program> Program2(Access a, Access b) {
+    Signature s;
+    s.params = {{"a", ParamKind::kBuffer, a}, {"b", ParamKind::kBuffer, b}};
+    auto p = std::make_shared<Program>();
+    p->kernel = std::make_unique<FakeKernel>(s);
+    return p;
+  }
+  uint32_t AddSlot(SlotKind kind, uint64_t bytes, uint64_t arena_offset = 0) {
+    Slot s{kind, bytes, nullptr};
+    if (kind == SlotKind::kConstant) s.constant = std::make_shared<Buffer>(context_, *context_->Allocate(bytes));
+    graph_.slots.push_back(s);
+    offsets_.push_back(arena_offset);
+    return static_cast<uint32_t>(graph_.slots.size() - 1);
+  }
+  // Calls program(a, b) with a read and b written.
+  void Call(uint32_t a, uint32_t b, uint64_t a_offset = 0, uint64_t length = 0) {
+    graph_.calls.push_back({rw_, {SlotView{a, a_offset, length}, SlotView{b, 0, 0}}, {}, {}});
+  }
+  Edges Compute() { return DependencyEdges(graph_, offsets_, 0, graph_.calls.size()); }
+
+  std::shared_ptr<FakeContext> context_ = std::make_shared<FakeContext>();
+  std::shared_ptr<Program> rw_ = Program2(Access::kIn, Access::kOut);
+  Graph graph_;
+  std::vector<uint64_t> offsets_;
+};
+
+TEST_F(DependenciesTest, ReadAfterWrite) {
+  uint32_t a = AddSlot(SlotKind::kInternal, 256, 0), b = AddSlot(SlotKind::kInternal, 256, 256),
+           c = AddSlot(SlotKind::kInternal, 256, 512);
+  Call(a, b);  // writes b
+  Call(b, c);  // reads b
+  EXPECT_EQ(Compute(), (Edges{{0, 1}}));
+}
+
+TEST_F(DependenciesTest, IndependentCallsHaveNoEdge) {
+  uint32_t in = AddSlot(SlotKind::kInternal, 256, 0), x = AddSlot(SlotKind::kInternal, 256, 256),
+           y = AddSlot(SlotKind::kInternal, 256, 512);
+  Call(in, x);
+  Call(in, y);  // both only read `in`
+  EXPECT_EQ(Compute(), Edges{});
+}
+
+TEST_F(DependenciesTest, WriteAfterReadAndWriteAfterWrite) {
+  uint32_t a = AddSlot(SlotKind::kInternal, 256, 0), b = AddSlot(SlotKind::kInternal, 256, 256),
+           c = AddSlot(SlotKind::kInternal, 256, 512);
+  Call(a, b);  // reads a, writes b
+  Call(c, a);  // writes a: after call 0 read it
+  Call(c, b);  // writes b again: after call 0 wrote it (and after call 1 through nothing)
+  EXPECT_EQ(Compute(), (Edges{{0, 1}, {0, 2}}));
+}
+
+TEST_F(DependenciesTest, InternalsThatShareArenaBytesAreOrdered) {
+  // t1 and t2 have disjoint lifetimes, so the plan put both at offset 0.
+  uint32_t in = AddSlot(SlotKind::kInternal, 256, 1024), t1 = AddSlot(SlotKind::kInternal, 256, 0),
+           t2 = AddSlot(SlotKind::kInternal, 256, 0), out = AddSlot(SlotKind::kInternal, 256, 2048),
+           out2 = AddSlot(SlotKind::kInternal, 256, 4096);
+  Call(in, t1);    // 0: writes t1
+  Call(t1, out);   // 1: reads t1
+  Call(in, t2);    // 2: writes t2 = t1's bytes: after 0 (WAW) and 1 (WAR)
+  Call(t2, out2);  // 3
+  EXPECT_EQ(Compute(), (Edges{{0, 1}, {1, 2}, {2, 3}}));
+}
+
+TEST_F(DependenciesTest, ParametersMayAliasEachOtherAndConstants) {
+  uint32_t p0 = AddSlot(SlotKind::kParameter, 256), p1 = AddSlot(SlotKind::kParameter, 256),
+           c = AddSlot(SlotKind::kConstant, 256), x = AddSlot(SlotKind::kInternal, 256, 0);
+  Call(x, p0);  // 0: writes p0
+  Call(p1, x);  // 1: reads p1, which a replay may bind to p0's buffer
+  Call(c, x);   // 2: reads a constant that p0 may alias (and writes x after 1)
+  EXPECT_EQ(Compute(), (Edges{{0, 1}, {1, 2}}));
+}
+
+TEST_F(DependenciesTest, DistinctConstantsAndDisjointRangesDoNotConflict) {
+  uint32_t c1 = AddSlot(SlotKind::kConstant, 256), c2 = AddSlot(SlotKind::kConstant, 256),
+           p = AddSlot(SlotKind::kParameter, 1024), x = AddSlot(SlotKind::kInternal, 256, 0),
+           y = AddSlot(SlotKind::kInternal, 256, 256);
+  Call(x, c1);
+  Call(c2, y);  // another constant buffer
+  EXPECT_EQ(Compute(), Edges{});
+  graph_.calls.clear();
+  // Writes to [0, 512) and a read of [512, 1024) of the same parameter.
+  graph_.calls.push_back({rw_, {SlotView{x, 0, 0}, SlotView{p, 0, 512}}, {}, {}});
+  graph_.calls.push_back({rw_, {SlotView{p, 512, 512}, SlotView{y, 0, 0}}, {}, {}});
+  EXPECT_EQ(Compute(), Edges{});
+}
+
+TEST_F(DependenciesTest, ImpliedEdgesAreLeftOut) {
+  uint32_t a = AddSlot(SlotKind::kInternal, 256, 0), b = AddSlot(SlotKind::kInternal, 256, 256),
+           c = AddSlot(SlotKind::kInternal, 256, 512), d = AddSlot(SlotKind::kInternal, 256, 768);
+  Call(d, a);  // 0: writes a
+  Call(a, b);  // 1: reads a, writes b
+  Call(b, a);  // 2: reads b (after 1) and writes a (after 0 wrote it: implied through 1)
+  Call(c, d);  // 3: reads c, writes d, which call 0 read
+  EXPECT_EQ(Compute(), (Edges{{0, 1}, {0, 3}, {1, 2}}));
+}
+
+}  // namespace
+}  // namespace replayd
