@@ -19,6 +19,7 @@
 #include <memory>
 #include <optional>
 #include <span>
+#include <utility>
 
 #include "absl/strings/string_view.h"
 #include <string>
@@ -161,10 +162,15 @@ class Context {
   // Waits for every submission of this context to complete.
   virtual absl::Status Synchronize() = 0;
 
-  // Prepares `nodes` as one device graph. The kernels must outlive it. Nodes run in
-  // order, as if launched one after another on this context.
+  // Prepares `nodes` as one device graph. The kernels must outlive it. The result must
+  // be as if the nodes ran one after another on this context; `edges` (from, to) are the
+  // orderings that matter (from the access modes of their buffers), so a device that
+  // runs nodes concurrently may run any two nodes no chain of edges orders.
   virtual absl::StatusOr<std::unique_ptr<DeviceGraph>> Instantiate(
-      std::span<const GraphNode> nodes) = 0;
+      std::span<const GraphNode> nodes, std::span<const std::pair<size_t, size_t>> edges) = 0;
+  // True when Instantiate uses its edges (a device that runs graph nodes concurrently);
+  // the engine computes them only then.
+  virtual bool wants_edges() const { return false; }
   // False for a node a device graph of this context cannot hold; the engine then gives
   // it a batch of its own.
   virtual bool CanBatch(const GraphNode&) const { return true; }

@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "engine/call.h"
+#include "engine/dependencies.h"
 #include "engine/session.h"
 
 namespace replayd {
@@ -136,11 +137,17 @@ absl::Status GraphInstance::Prepare(const BatchOptions& options) {
   }
   batch_of_call_.resize(graph_.calls.size());
   index_in_batch_.resize(graph_.calls.size());
+  std::vector<uint64_t> arena_offsets(n_slots, 0);
+  for (size_t s = 0; s < n_slots; ++s)
+    if (internal_index[s] >= 0) arena_offsets[s] = plan_.offsets[internal_index[s]];
   for (auto [begin, end] : CutBatches(batchable, options)) {
     Batch batch{begin, end, nullptr};
     if (end - begin > 1 || batchable[begin]) {
-      absl::StatusOr<std::unique_ptr<DeviceGraph>> g =
-          context_->Instantiate(std::span<const GraphNode>(nodes_).subspan(begin, end - begin));
+      const std::vector<std::pair<size_t, size_t>> edges =
+          context_->wants_edges() ? DependencyEdges(graph_, arena_offsets, begin, end)
+                                  : std::vector<std::pair<size_t, size_t>>();
+      absl::StatusOr<std::unique_ptr<DeviceGraph>> g = context_->Instantiate(
+          std::span<const GraphNode>(nodes_).subspan(begin, end - begin), edges);
       if (!g.ok()) return g.status();
       batch.device_graph = std::move(*g);
     }

@@ -195,8 +195,9 @@ class CpuContext : public Context {
 
   absl::Status Synchronize() override { return absl::OkStatus(); }
 
+  // The replay list runs its nodes in order, which honours every edge.
   absl::StatusOr<std::unique_ptr<DeviceGraph>> Instantiate(
-      std::span<const GraphNode> nodes) override {
+      std::span<const GraphNode> nodes, std::span<const std::pair<size_t, size_t>>) override {
     return std::make_unique<CpuDeviceGraph>(&device_->pool(), nodes);
   }
 

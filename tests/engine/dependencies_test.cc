@@ -2,6 +2,7 @@
 
 #include <gmock/gmock.h>
 
+#include "engine/graph_instance.h"
 #include "engine/session.h"
 
 namespace replayd {
@@ -34,10 +35,22 @@ class FakeContext : public Context {
     return std::optional<absl::Duration>();
   }
   absl::Status Synchronize() override { return {}; }
-  absl::StatusOr<std::unique_ptr<DeviceGraph>> Instantiate(std::span<const GraphNode>) override {
-    return absl::UnimplementedError("");
+  class NullGraph : public DeviceGraph {
+    absl::Status Update(size_t, std::span<const ArgValue>, const Dim3&, const Dim3&) override { return {}; }
+    absl::StatusOr<std::optional<absl::Duration>> Launch(bool) override {
+      return std::optional<absl::Duration>();
+    }
+  };
+  // Records the nodes and edges of every batch it instantiates.
+  absl::StatusOr<std::unique_ptr<DeviceGraph>> Instantiate(
+      std::span<const GraphNode> nodes, std::span<const std::pair<size_t, size_t>> edges) override {
+    batches.push_back({nodes.size(), Edges(edges.begin(), edges.end())});
+    return std::make_unique<NullGraph>();
   }
+  bool wants_edges() const override { return true; }
   uint64_t address_space() const override { return 0; }
+
+  std::vector<std::pair<size_t, Edges>> batches;
 
  private:
   uint64_t next_ = 0;
@@ -140,6 +153,40 @@ TEST_F(DependenciesTest, ImpliedEdgesAreLeftOut) {
   Call(b, a);  // 2: reads b (after 1) and writes a (after 0 wrote it: implied through 1)
   Call(c, d);  // 3: reads c, writes d, which call 0 read
   EXPECT_EQ(Compute(), (Edges{{0, 1}, {0, 3}, {1, 2}}));
+}
+
+TEST_F(DependenciesTest, AnInstanceHandsEachBatchItsEdges) {
+  // Constants: distinct buffers, so only real conflicts order calls.
+  uint32_t a = AddSlot(SlotKind::kConstant, 256), b = AddSlot(SlotKind::kConstant, 256),
+           c = AddSlot(SlotKind::kConstant, 256), d = AddSlot(SlotKind::kConstant, 256);
+  Call(a, b);
+  Call(b, c);
+  Call(a, d);  // independent of the first two
+  auto one_batch = GraphInstance::Create(graph_, "g", context_, {32});
+  ASSERT_TRUE(one_batch.ok()) << one_batch.status();
+  ASSERT_EQ(context_->batches.size(), 1u);
+  EXPECT_EQ(context_->batches[0].first, 3u);
+  EXPECT_EQ(context_->batches[0].second, (Edges{{0, 1}}));
+  context_->batches.clear();
+  auto two_batches = GraphInstance::Create(graph_, "g", context_, {2});
+  ASSERT_TRUE(two_batches.ok());
+  ASSERT_EQ(context_->batches.size(), 2u);  // [0, 2) and [2, 3): batches run in order
+  EXPECT_EQ(context_->batches[0].second, (Edges{{0, 1}}));
+  EXPECT_EQ(context_->batches[1].second, Edges{});
+}
+
+TEST_F(DependenciesTest, TheMemoryPlanReusingBytesOrdersTheCallsThatShareThem) {
+  // Internals: d (call 2) reuses the bytes of b or c, dead after call 1, so call 2 must
+  // follow call 1 although it touches none of its slots.
+  uint32_t a = AddSlot(SlotKind::kInternal, 256), b = AddSlot(SlotKind::kInternal, 256),
+           c = AddSlot(SlotKind::kInternal, 256), d = AddSlot(SlotKind::kInternal, 256);
+  Call(a, b);
+  Call(b, c);
+  Call(a, d);
+  auto instance = GraphInstance::Create(graph_, "g", context_, {32});
+  ASSERT_TRUE(instance.ok()) << instance.status();
+  EXPECT_GT((*instance)->plan().saved_bytes, 0u);
+  EXPECT_EQ(context_->batches[0].second, (Edges{{0, 1}, {1, 2}}));
 }
 
 }  // namespace
