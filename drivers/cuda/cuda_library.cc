@@ -6,9 +6,9 @@
 
 namespace replayd {
 
-CudaLibrary::~CudaLibrary() {
-  if (handle_) dlclose(handle_);
-}
+// The driver library stays loaded for the life of the process, as vendors advise: it
+// keeps process-wide state that unloading would strand.
+CudaLibrary::~CudaLibrary() = default;
 
 absl::StatusOr<std::unique_ptr<CudaLibrary>> CudaLibrary::Load() {
   std::unique_ptr<CudaLibrary> lib(new CudaLibrary());

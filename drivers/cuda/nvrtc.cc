@@ -18,9 +18,9 @@ bool IsIdentifier(absl::string_view s) {
 
 }  // namespace
 
-Nvrtc::~Nvrtc() {
-  if (handle_) dlclose(handle_);
-}
+// The library stays loaded for the life of the process: its static C++ runtime keeps
+// process-wide state (an emergency exception pool) that unloading would strand.
+Nvrtc::~Nvrtc() = default;
 
 absl::StatusOr<std::unique_ptr<Nvrtc>> Nvrtc::Load() {
   std::unique_ptr<Nvrtc> n(new Nvrtc());
