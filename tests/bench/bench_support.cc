@@ -177,6 +177,20 @@ int BenchMain(int argc, char** argv, int (*bench)()) {
   return bench();
 }
 
+double MedianLatencyUs(int iterations, const std::function<bool(int)>& call) {
+  std::vector<double> samples;
+  samples.reserve(iterations);
+  for (int i = 0; i < iterations; ++i) {
+    auto start = std::chrono::steady_clock::now();
+    if (!call(i)) {
+      std::fprintf(stderr, "call failed\n");
+      std::exit(1);
+    }
+    samples.push_back(std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - start).count());
+  }
+  return Median(samples);
+}
+
 double Median(std::vector<double> values) {
   std::sort(values.begin(), values.end());
   size_t n = values.size();

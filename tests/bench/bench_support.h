@@ -69,6 +69,18 @@ std::unique_ptr<BenchServers> StartServers(const std::vector<std::string>& daemo
 // `bench`.
 int BenchMain(int argc, char** argv, int (*bench)());
 
+// The chain the graph and stream benchmarks replay: kChainCalls calls of this kernel,
+// each over kChainFloats floats, with the variable pos as its last argument.
+inline constexpr int kChainCalls = 32, kChainFloats = 1024;
+inline constexpr char kChainKernel[] = R"(
+void step(float *x, int n, int pos) {
+  for (int i = 0; i < n; ++i) x[i] = x[i] * 0.5f + (float)pos;
+})";
+
+// The median latency in microseconds of `iterations` calls of `call(i)`; exits the
+// process when a call fails.
+double MedianLatencyUs(int iterations, const std::function<bool(int)>& call);
+
 // The median of `values`.
 double Median(std::vector<double> values);
 

@@ -30,19 +30,6 @@ using Clock = std::chrono::steady_clock;
 double Micros(Clock::duration d) { return std::chrono::duration<double, std::micro>(d).count(); }
 
 // Median latency in microseconds of `iterations` calls of `call`.
-double LatencyRun(int iterations, const std::function<bool()>& call) {
-  std::vector<double> samples;
-  samples.reserve(iterations);
-  for (int i = 0; i < iterations; ++i) {
-    auto start = Clock::now();
-    if (!call()) {
-      std::fprintf(stderr, "call failed\n");
-      std::exit(1);
-    }
-    samples.push_back(Micros(Clock::now() - start));
-  }
-  return Median(samples);
-}
 
 // MiB/s of one transfer.
 double Throughput(uint64_t bytes, const std::function<bool()>& transfer) {
@@ -79,14 +66,14 @@ int Main() {
   std::vector<uint8_t> host(transfer, 7);
 
   auto empty_rpc = [&] {
-    return LatencyRun(iterations, [&] {
+    return MedianLatencyUs(iterations, [&](int) {
       grpc::ClientContext ctx;
       Nothing in, out;
       return baseline_stub->Empty(&ctx, in, &out).ok();
     });
   };
   auto launch = [&] {
-    return LatencyRun(iterations, [&] {
+    return MedianLatencyUs(iterations, [&](int) {
       return session->Launch(*program, {}, {1, 1, 1}, {1, 1, 1}, /*wait=*/true).ok();
     });
   };

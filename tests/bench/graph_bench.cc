@@ -27,26 +27,8 @@ namespace replayd::bench {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-constexpr int kCalls = 32, kFloats = 1024;
+constexpr int kCalls = kChainCalls, kFloats = kChainFloats;
 
-constexpr char kStep[] = R"(
-void step(float *x, int n, int pos) {
-  for (int i = 0; i < n; ++i) x[i] = x[i] * 0.5f + (float)pos;
-})";
-
-double LatencyRun(int iterations, const std::function<bool(int)>& call) {
-  std::vector<double> samples;
-  samples.reserve(iterations);
-  for (int i = 0; i < iterations; ++i) {
-    auto start = Clock::now();
-    if (!call(i)) {
-      std::fprintf(stderr, "call failed\n");
-      std::exit(1);
-    }
-    samples.push_back(std::chrono::duration<double, std::micro>(Clock::now() - start).count());
-  }
-  return Median(samples);
-}
 
 int Main() {
   const int runs = absl::GetFlag(FLAGS_runs), iterations = absl::GetFlag(FLAGS_iterations);
@@ -57,7 +39,7 @@ int Main() {
   Client client = Client::Connect(daemon_addr);
   auto session = client.OpenSession("cpu:0");
   if (!session.ok()) return std::fprintf(stderr, "%s\n", session.status().ToString().c_str()), 1;
-  auto program = session->Load({"cpu-c", kStep, "step", *client::ParseSignature("inout,int32,int32"), {}});
+  auto program = session->Load({"cpu-c", kChainKernel, "step", *client::ParseSignature("inout,int32,int32"), {}});
   auto x = session->Alloc(kFloats * 4);
   if (!program.ok() || !x.ok()) return std::fprintf(stderr, "setup failed\n"), 1;
   const client::Variable pos{"pos", 1, 1 << 20, 1};
@@ -96,31 +78,31 @@ int Main() {
   const std::vector<client::View> read = {client::View{&*x, 0, 4096}};
 
   auto empty_rpc = [&] {
-    return LatencyRun(iterations, [&](int) {
+    return MedianLatencyUs(iterations, [&](int) {
       grpc::ClientContext ctx;
       Nothing in, out;
       return baseline_stub->Empty(&ctx, in, &out).ok();
     });
   };
   auto replay_changing = [&] {
-    return LatencyRun(iterations, [&](int i) {
+    return MedianLatencyUs(iterations, [&](int i) {
       auto r = session->Replay(*graph, {&*x, int64_t{1 + i}}, true, read);
       return r.ok() && r->reads[0].size() == 4096;
     });
   };
   auto replay_unary = [&] {
-    return LatencyRun(iterations, [&](int i) {
+    return MedianLatencyUs(iterations, [&](int i) {
       auto r = session->ReplayUnary(*graph, {&*x, int64_t{1 + i}}, true, read);
       return r.ok() && r->reads[0].size() == 4096;
     });
   };
   auto replay_fixed = [&] {
-    return LatencyRun(iterations, [&](int) {
+    return MedianLatencyUs(iterations, [&](int) {
       return session->Replay(*graph, {&*x, int64_t{7}}, true, read).ok();
     });
   };
   auto eager_chain = [&] {
-    return LatencyRun(std::max(1, iterations / 10), [&](int i) {
+    return MedianLatencyUs(std::max(1, iterations / 10), [&](int i) {
       for (int c = 0; c < kCalls; ++c)
         if (!session->Launch(*program, chain_spec(1 + i)).ok()) return false;
       std::vector<uint8_t> back(4096);
@@ -130,7 +112,7 @@ int Main() {
   // The handles made are freed after each run, outside the timed calls.
   std::vector<client::Graph> made;
   auto define = [&] {
-    double us = LatencyRun(std::max(1, iterations / 4), [&](int) {
+    double us = MedianLatencyUs(std::max(1, iterations / 4), [&](int) {
       auto g = session->DefineGraph(def);
       if (!g.ok() || !g->info().cache_hit()) return false;
       made.push_back(std::move(*g));
@@ -140,7 +122,7 @@ int Main() {
     return us;
   };
   auto recapture = [&] {
-    double us = LatencyRun(std::max(1, iterations / 20), [&](int) {
+    double us = MedianLatencyUs(std::max(1, iterations / 20), [&](int) {
       auto g = capture();
       if (!g.ok() || !g->info().cache_hit()) return false;
       made.push_back(std::move(*g));

@@ -30,26 +30,10 @@ namespace replayd::bench {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-constexpr int kCalls = 32, kFloats = 1024;
-constexpr char kStep[] = R"(
-void step(float *x, int n, int pos) {
-  for (int i = 0; i < n; ++i) x[i] = x[i] * 0.5f + (float)pos;
-})";
+constexpr int kCalls = kChainCalls, kFloats = kChainFloats;
 
 double Seconds(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
 
-double MedianLatencyUs(int iterations, const std::function<bool()>& call) {
-  std::vector<double> samples;
-  for (int i = 0; i < iterations; ++i) {
-    auto start = Clock::now();
-    if (!call()) {
-      std::fprintf(stderr, "call failed\n");
-      std::exit(1);
-    }
-    samples.push_back(Seconds(Clock::now() - start) * 1e6);
-  }
-  return Median(samples);
-}
 
 // The chain of `calls` calls, captured in `session`, over its buffer `x`.
 absl::StatusOr<client::Graph> CaptureChain(client::Session& session, const client::Program& program,
@@ -76,7 +60,7 @@ struct Client1 {
     c.client = std::make_unique<client::Client>(client::Client::Connect(address, 256));
     c.session = std::make_unique<client::Session>(*c.client->OpenSession("cpu:0"));
     c.program = std::make_unique<client::Program>(
-        *c.session->Load({"cpu-c", kStep, "step", *client::ParseSignature("inout,int32,int32"), {}}));
+        *c.session->Load({"cpu-c", kChainKernel, "step", *client::ParseSignature("inout,int32,int32"), {}}));
     c.x = std::make_unique<client::Buffer>(*c.session->Alloc(kFloats * 4));
     auto g = CaptureChain(*c.session, *c.program, *c.x, calls, floats);
     if (!g.ok()) {
@@ -112,7 +96,7 @@ double InProcessReplaysPerSecond(int n, int runs) {
   Signature sig;
   sig.params = {{"x", ParamKind::kBuffer, Access::kInout}, {"n", ParamKind::kInt32, Access::kNone},
                 {"pos", ParamKind::kInt32, Access::kNone}};
-  auto program = *session->LoadProgram({"cpu-c", kStep, "step", sig, {}});
+  auto program = *session->LoadProgram({"cpu-c", kChainKernel, "step", sig, {}});
   Handle x = *session->AllocBuffer(kFloats * 4);
   Variable pos{"pos", 1, 1 << 30, 1};
   (void)session->BeginCapture({x}, {pos});
@@ -159,10 +143,10 @@ int Main() {
 
   auto ping_pong = [&] {
     Blob in, out;
-    return MedianLatencyUs(iterations, [&] { return chat->Write(in) && chat->Read(&out); });
+    return MedianLatencyUs(iterations, [&](int) { return chat->Write(in) && chat->Read(&out); });
   };
   auto replay_round_trip = [&] {
-    return MedianLatencyUs(iterations, [&] {
+    return MedianLatencyUs(iterations, [&](int) {
       auto r = one.session->Replay(*one.graph, {one.x.get(), int64_t{3}}, true, read);
       return r.ok() && r->reads[0].size() == 4096;
     });
