@@ -18,7 +18,7 @@ SessionStream& SessionCore::Stream() {
   absl::MutexLock lock(&mu);
   if (!stream || !stream->healthy()) {
     stream.reset();
-    stream = std::make_unique<SessionStream>(*stub, id, window);
+    stream = std::make_unique<SessionStream>(*stub, token, id, window);
   }
   return *stream;
 }
@@ -32,6 +32,10 @@ void SessionCore::CloseStream() {
 }
 
 }  // namespace client_internal
+
+void Authorize(grpc::ClientContext& context, const std::string& token) {
+  if (!token.empty()) context.AddMetadata("authorization", "Bearer " + token);
+}
 
 absl::Status FromGrpc(const grpc::Status& status) {
   if (status.ok()) return absl::OkStatus();
@@ -53,6 +57,7 @@ Buffer::~Buffer() { Release(); }
 void Buffer::Release() {
   if (!core_ || handle_ == 0 || core_->closed) return;
   grpc::ClientContext context;
+  Authorize(context, core_->token);
   v1::FreeBufferRequest request;
   request.set_session(core_->id);
   request.set_buffer(handle_);
@@ -76,6 +81,7 @@ Program::~Program() { Release(); }
 void Program::Release() {
   if (!core_ || handle_ == 0 || core_->closed) return;
   grpc::ClientContext context;
+  Authorize(context, core_->token);
   v1::FreeProgramRequest request;
   request.set_session(core_->id);
   request.set_program(handle_);
@@ -99,6 +105,7 @@ absl::Status Session::Close() {
   if (!core_ || core_->closed.exchange(true)) return absl::OkStatus();
   core_->CloseStream();
   grpc::ClientContext context;
+  Authorize(context, core_->token);
   v1::CloseSessionRequest request;
   request.set_session(core_->id);
   v1::CloseSessionReply reply;
@@ -107,6 +114,7 @@ absl::Status Session::Close() {
 
 absl::StatusOr<Buffer> Session::Alloc(uint64_t bytes) {
   grpc::ClientContext context;
+  Authorize(context, core_->token);
   v1::AllocBufferRequest request;
   request.set_session(core_->id);
   request.set_bytes(bytes);
@@ -119,6 +127,7 @@ absl::StatusOr<Buffer> Session::Alloc(uint64_t bytes) {
 absl::Status Session::Write(const Buffer& buffer, uint64_t offset,
                             std::span<const uint8_t> bytes) {
   grpc::ClientContext context;
+  Authorize(context, core_->token);
   v1::WriteBufferReply reply;
   auto writer = core_->stub->WriteBuffer(&context, &reply);
   v1::WriteChunk chunk;
@@ -139,6 +148,7 @@ absl::Status Session::Write(const Buffer& buffer, uint64_t offset,
 absl::Status Session::Read(const Buffer& buffer, uint64_t offset, std::span<uint8_t> out) {
   if (out.empty()) return absl::OkStatus();
   grpc::ClientContext context;
+  Authorize(context, core_->token);
   v1::ReadBufferRequest request;
   request.set_session(core_->id);
   request.set_buffer(buffer.handle());
@@ -165,6 +175,7 @@ absl::Status Session::Read(const Buffer& buffer, uint64_t offset, std::span<uint
 
 absl::StatusOr<Program> Session::Load(const ProgramSpec& spec) {
   grpc::ClientContext context;
+  Authorize(context, core_->token);
   v1::LoadProgramRequest request;
   request.set_session(core_->id);
   request.set_format(spec.format);
@@ -226,6 +237,7 @@ void DimsToProto(const std::vector<Dim>& dims, google::protobuf::RepeatedField<u
 
 absl::StatusOr<v1::LaunchReply> Session::Launch(const Program& program, const LaunchSpec& spec) {
   grpc::ClientContext context;
+  Authorize(context, core_->token);
   v1::LaunchRequest request;
   request.set_session(core_->id);
   request.set_program(program.handle());
@@ -268,6 +280,7 @@ Graph::~Graph() { Release(); }
 void Graph::Release() {
   if (!core_ || info_.graph() == 0 || core_->closed) return;
   grpc::ClientContext context;
+  Authorize(context, core_->token);
   v1::FreeGraphRequest request;
   request.set_session(core_->id);
   request.set_graph(info_.graph());
@@ -279,6 +292,7 @@ void Graph::Release() {
 absl::Status Session::BeginCapture(const std::vector<const Buffer*>& inputs,
                                    const std::vector<Variable>& variables) {
   grpc::ClientContext context;
+  Authorize(context, core_->token);
   v1::BeginCaptureRequest request;
   request.set_session(core_->id);
   for (const Buffer* b : inputs) request.add_inputs(b->handle());
@@ -289,6 +303,7 @@ absl::Status Session::BeginCapture(const std::vector<const Buffer*>& inputs,
 
 absl::StatusOr<Graph> Session::EndCapture(const std::vector<const Buffer*>& outputs) {
   grpc::ClientContext context;
+  Authorize(context, core_->token);
   v1::EndCaptureRequest request;
   request.set_session(core_->id);
   for (const Buffer* b : outputs) request.add_outputs(b->handle());
@@ -300,6 +315,7 @@ absl::StatusOr<Graph> Session::EndCapture(const std::vector<const Buffer*>& outp
 
 absl::Status Session::DiscardCapture() {
   grpc::ClientContext context;
+  Authorize(context, core_->token);
   v1::EndCaptureRequest request;
   request.set_session(core_->id);
   request.set_discard(true);
@@ -309,6 +325,7 @@ absl::Status Session::DiscardCapture() {
 
 absl::StatusOr<Graph> Session::DefineGraph(const v1::GraphDef& def) {
   grpc::ClientContext context;
+  Authorize(context, core_->token);
   v1::DefineGraphRequest request;
   request.set_session(core_->id);
   *request.mutable_graph() = def;
@@ -355,6 +372,7 @@ absl::Status ReplyStatus(const v1::SessionReply& reply) {
 absl::StatusOr<ReplayResult> Session::ReplayUnary(const Graph& graph, const std::vector<ParamArg>& params,
                                                   bool wait, const std::vector<View>& reads) {
   grpc::ClientContext context;
+  Authorize(context, core_->token);
   v1::ReplayGraphRequest request;
   request.set_session(core_->id);
   ReplayToProto(graph, params, wait, reads, &request);
@@ -426,6 +444,7 @@ absl::StatusOr<SequenceResult> Session::ReplaySequence(const Graph& graph, const
 
 absl::StatusOr<v1::GraphReply> Session::DescribeGraph(const Graph& graph) {
   grpc::ClientContext context;
+  Authorize(context, core_->token);
   v1::GraphInfoRequest request;
   request.set_session(core_->id);
   request.set_graph(graph.handle());
@@ -437,6 +456,7 @@ absl::StatusOr<v1::GraphReply> Session::DescribeGraph(const Graph& graph) {
 
 absl::Status Session::Synchronize() {
   grpc::ClientContext context;
+  Authorize(context, core_->token);
   v1::SynchronizeRequest request;
   request.set_session(core_->id);
   v1::SynchronizeReply reply;
@@ -445,22 +465,24 @@ absl::Status Session::Synchronize() {
 
 absl::Status Session::KeepAlive() {
   grpc::ClientContext context;
+  Authorize(context, core_->token);
   v1::KeepAliveRequest request;
   request.set_session(core_->id);
   v1::KeepAliveReply reply;
   return FromGrpc(core_->stub->KeepAlive(&context, request, &reply));
 }
 
-Client Client::Connect(const std::string& target, size_t stream_window) {
+Client Client::Connect(const std::string& target, ClientOptions options) {
   grpc::ChannelArguments args;
   args.SetMaxReceiveMessageSize(20 << 20);
   args.SetMaxSendMessageSize(20 << 20);
   auto channel = grpc::CreateCustomChannel(target, grpc::InsecureChannelCredentials(), args);
-  return Client(std::shared_ptr<v1::Replayd::Stub>(v1::Replayd::NewStub(channel)), stream_window);
+  return Client(std::shared_ptr<v1::Replayd::Stub>(v1::Replayd::NewStub(channel)), std::move(options));
 }
 
 absl::StatusOr<std::vector<v1::Device>> Client::ListDevices() {
   grpc::ClientContext context;
+  Authorize(context, options_.token);
   v1::ListDevicesReply reply;
   absl::Status s = FromGrpc(stub_->ListDevices(&context, v1::ListDevicesRequest(), &reply));
   if (!s.ok()) return s;
@@ -469,6 +491,7 @@ absl::StatusOr<std::vector<v1::Device>> Client::ListDevices() {
 
 absl::StatusOr<Session> Client::OpenSession(const std::string& device) {
   grpc::ClientContext context;
+  Authorize(context, options_.token);
   v1::OpenSessionRequest request;
   request.set_device(device);
   v1::OpenSessionReply reply;
@@ -476,8 +499,9 @@ absl::StatusOr<Session> Client::OpenSession(const std::string& device) {
   if (!s.ok()) return s;
   auto core = std::make_shared<client_internal::SessionCore>();
   core->stub = stub_;
+  core->token = options_.token;
   core->id = reply.session();
-  core->window = window_;
+  core->window = options_.stream_window;
   return Session(std::move(core), reply.lease_seconds());
 }
 

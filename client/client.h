@@ -41,6 +41,7 @@ struct SessionCore {
   void CloseStream();
 
   std::shared_ptr<v1::Replayd::Stub> stub;
+  std::string token;  // bearer token, empty for a daemon without tenants
   uint64_t id = 0;
   size_t window = 64;
   std::atomic<bool> closed{false};
@@ -260,21 +261,28 @@ class Session {
   uint32_t lease_seconds_ = 0;
 };
 
+struct ClientOptions {
+  std::string token;         // sent as authorization: Bearer <token> on every call
+  size_t stream_window = 64;  // operations a session's stream may have outstanding
+};
+
+// Adds the bearer token to a call (nothing for an empty token).
+void Authorize(grpc::ClientContext& context, const std::string& token);
+
 class Client {
  public:
   // A client of the daemon at `target` ("127.0.0.1:7070"). The connection is made lazily.
-  // `stream_window`: operations a session's stream may have outstanding.
-  static Client Connect(const std::string& target, size_t stream_window = 64);
+  static Client Connect(const std::string& target, ClientOptions options = {});
 
   absl::StatusOr<std::vector<v1::Device>> ListDevices();
   absl::StatusOr<Session> OpenSession(const std::string& device);
   v1::Replayd::Stub& stub() { return *stub_; }
 
  private:
-  Client(std::shared_ptr<v1::Replayd::Stub> stub, size_t window)
-      : stub_(std::move(stub)), window_(window) {}
+  Client(std::shared_ptr<v1::Replayd::Stub> stub, ClientOptions options)
+      : stub_(std::move(stub)), options_(std::move(options)) {}
   std::shared_ptr<v1::Replayd::Stub> stub_;
-  size_t window_;
+  ClientOptions options_;
 };
 
 // Builds a signature param list from a compact text: comma-separated "in", "out",

@@ -9,6 +9,7 @@
 //   i32:VALUE, i64:VALUE                             an integer
 // FILL is zero (default), ramp (0, 1, 2, ...), rand, or a number.
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <iostream>
 #include <sstream>
@@ -25,6 +26,7 @@
 
 ABSL_FLAG(std::string, target, "127.0.0.1:7070", "address of the replayd daemon");
 ABSL_FLAG(std::string, device, "cpu:0", "device to run on");
+ABSL_FLAG(std::string, token, "", "bearer token, for a daemon with --tenants (or $REPLAYD_TOKEN)");
 ABSL_FLAG(std::string, entry, "", "run: the kernel's function name");
 ABSL_FLAG(std::string, args, "", "run: argument specs (see --help)");
 ABSL_FLAG(std::string, global, "1", "run: global dimensions, N[,N,N]");
@@ -185,7 +187,11 @@ int main(int argc, char** argv) {
     std::cerr << absl::ProgramUsageMessage() << "\n";
     return 2;
   }
-  replayd::Client client = replayd::Client::Connect(absl::GetFlag(FLAGS_target));
+  replayd::client::ClientOptions client_options;
+  client_options.token = absl::GetFlag(FLAGS_token);
+  if (const char* env = std::getenv("REPLAYD_TOKEN"); client_options.token.empty() && env)
+    client_options.token = env;
+  replayd::Client client = replayd::Client::Connect(absl::GetFlag(FLAGS_target), client_options);
   std::string command = positional[1];
   if (command == "devices") return replayd::client::Devices(client);
   if (command == "run" && positional.size() == 3) return replayd::client::Run(client, positional[2]);

@@ -2,8 +2,10 @@
 
 namespace replayd::client {
 
-SessionStream::SessionStream(v1::Replayd::Stub& stub, uint64_t session, size_t window)
+SessionStream::SessionStream(v1::Replayd::Stub& stub, const std::string& token, uint64_t session,
+                             size_t window)
     : session_(session), window_(std::max<size_t>(1, window)) {
+  if (!token.empty()) context_.AddMetadata("authorization", "Bearer " + token);
   stream_ = stub.Session(&context_);
   reader_ = std::thread([this] { ReaderMain(); });
 }

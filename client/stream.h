@@ -26,7 +26,7 @@ class SessionStream {
   // Called once with the final reply (or the stream's failure), on the reader thread.
   using DoneFn = std::function<void(absl::StatusOr<v1::SessionReply>)>;
 
-  SessionStream(v1::Replayd::Stub& stub, uint64_t session, size_t window);
+  SessionStream(v1::Replayd::Stub& stub, const std::string& token, uint64_t session, size_t window);
   // Ends the stream: pending operations complete first.
   ~SessionStream();
 

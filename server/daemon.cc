@@ -19,11 +19,20 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(DaemonOptions options) {
     }
   }
   std::unique_ptr<Daemon> daemon(new Daemon());
+  if (options.tenants_file.empty()) {
+    daemon->auth_ = std::make_unique<Authenticator>();
+  } else {
+    absl::StatusOr<std::unique_ptr<Authenticator>> auth = Authenticator::FromFile(options.tenants_file);
+    if (!auth.ok()) return auth.status();
+    daemon->auth_ = std::move(*auth);
+    spdlog::info("tenants: {} from {}", daemon->auth_->tenant_count(), options.tenants_file.string());
+  }
   absl::StatusOr<std::unique_ptr<Engine>> engine =
       Engine::Create(options.engine, std::move(devices));
   if (!engine.ok()) return engine.status();
   daemon->engine_ = std::move(*engine);
-  daemon->service_ = std::make_unique<ReplaydService>(daemon->engine_.get(), options.stream_window);
+  daemon->service_ =
+      std::make_unique<ReplaydService>(daemon->engine_.get(), daemon->auth_.get(), options.stream_window);
 
   grpc::ServerBuilder builder;
   int port = 0;

@@ -13,6 +13,7 @@
 #include "absl/status/statusor.h"
 #include "drivers/cpu/cpu_driver.h"
 #include "engine/engine.h"
+#include "server/authenticator.h"
 #include "server/service.h"
 
 namespace replayd {
@@ -23,6 +24,7 @@ struct DaemonOptions {
   EngineOptions engine;
   CpuDriverOptions cpu;
   size_t stream_window = 8;  // Session stream read-ahead; 0 runs each request as it is read
+  std::filesystem::path tenants_file;  // empty: one tenant, default, without authentication
 };
 
 class Daemon {
@@ -36,12 +38,16 @@ class Daemon {
   const std::string& address() const { return address_; }
   Engine& engine() { return *engine_; }
 
+  // Reads the tenants file again (SIGHUP); on error the policies in force stay.
+  absl::Status ReloadTenants() { return auth_->Reload(); }
+
   // Stops accepting calls, gives calls in flight `grace` to finish, then cancels them.
   void Shutdown(absl::Duration grace);
 
  private:
   Daemon() = default;
 
+  std::unique_ptr<Authenticator> auth_;
   std::unique_ptr<Engine> engine_;
   std::unique_ptr<ReplaydService> service_;
   std::unique_ptr<grpc::Server> server_;

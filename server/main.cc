@@ -28,6 +28,9 @@ ABSL_FLAG(uint64_t, graph_cache_bytes, uint64_t{1} << 30,
 ABSL_FLAG(int, stream_window, 8,
           "Session stream requests read ahead of execution per stream; 0 reads each after the "
           "previous one has been answered");
+ABSL_FLAG(std::string, tenants, "", "tenants file (protobuf text, see tenants.proto); reloaded on SIGHUP");
+ABSL_FLAG(bool, allow_remote_without_tenants, false,
+          "serve a non-loopback --listen address without --tenants (no authentication)");
 ABSL_FLAG(int, shutdown_grace_seconds, 5, "time calls in flight get to finish at shutdown");
 
 namespace {
@@ -52,6 +55,7 @@ int main(int argc, char** argv) {
   sigemptyset(&signals);
   sigaddset(&signals, SIGINT);
   sigaddset(&signals, SIGTERM);
+  sigaddset(&signals, SIGHUP);
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
 
   if (absl::GetFlag(FLAGS_lease_seconds) <= 0) {
@@ -81,6 +85,20 @@ int main(int argc, char** argv) {
   options.engine.graph_cache.max_graphs = absl::GetFlag(FLAGS_graph_cache_graphs);
   options.engine.graph_cache.max_bytes = absl::GetFlag(FLAGS_graph_cache_bytes);
 
+  options.tenants_file = absl::GetFlag(FLAGS_tenants);
+  if (options.tenants_file.empty()) {
+    const std::string host = options.listen.substr(0, options.listen.rfind(':'));
+    const bool loopback = host == "localhost" || host == "[::1]" || host.rfind("127.", 0) == 0;
+    if (!loopback && !absl::GetFlag(FLAGS_allow_remote_without_tenants)) {
+      spdlog::error("--listen {} is not loopback and there is no --tenants: every caller would be "
+                    "the unauthenticated tenant default. Give --tenants, or "
+                    "--allow_remote_without_tenants to serve it anyway.",
+                    options.listen);
+      return 2;
+    }
+    spdlog::warn("no --tenants: every caller is the tenant default, without authentication");
+  }
+
   auto daemon = replayd::Daemon::Start(options);
   if (!daemon.ok()) {
     spdlog::error("{}", daemon.status().ToString());
@@ -88,7 +106,16 @@ int main(int argc, char** argv) {
   }
   spdlog::info("compile cache {}", options.engine.cache_dir.string());
   int received = 0;
-  sigwait(&signals, &received);
+  for (;;) {
+    sigwait(&signals, &received);
+    if (received != SIGHUP) break;
+    absl::Status reloaded = (*daemon)->ReloadTenants();
+    if (reloaded.ok()) {
+      spdlog::info("SIGHUP: tenants reloaded");
+    } else {
+      spdlog::error("SIGHUP: {}; the previous tenants stay in force", reloaded.ToString());
+    }
+  }
   spdlog::info("signal {}: shutting down", received);
   (*daemon)->Shutdown(absl::Seconds(absl::GetFlag(FLAGS_shutdown_grace_seconds)));
   daemon->reset();

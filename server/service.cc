@@ -7,23 +7,38 @@
 
 namespace replayd {
 
-absl::string_view ReplaydService::Tenant(const grpc::ServerContext*) { return "default"; }
+absl::StatusOr<std::shared_ptr<const Tenant>> ReplaydService::Caller(
+    const grpc::ServerContext* context) const {
+  const auto& metadata = context->client_metadata();
+  auto it = metadata.find("authorization");
+  absl::string_view header;
+  if (it != metadata.end()) header = absl::string_view(it->second.data(), it->second.size());
+  return auth_->Authenticate(header);
+}
 
 absl::StatusOr<std::shared_ptr<replayd::Session>> ReplaydService::FindSession(
     const grpc::ServerContext* context, SessionId id) {
-  return engine_->FindSession(Tenant(context), id);
+  absl::StatusOr<std::shared_ptr<const Tenant>> caller = Caller(context);
+  if (!caller.ok()) return caller.status();
+  return engine_->FindSession((*caller)->name, id);
 }
 
-grpc::Status ReplaydService::ListDevices(grpc::ServerContext*, const v1::ListDevicesRequest*,
+grpc::Status ReplaydService::ListDevices(grpc::ServerContext* context, const v1::ListDevicesRequest*,
                                          v1::ListDevicesReply* reply) {
-  for (const DeviceStatus& d : engine_->ListDevices()) ToProto(d, reply->add_devices());
+  absl::StatusOr<std::shared_ptr<const Tenant>> caller = Caller(context);
+  if (!caller.ok()) return ToGrpc(caller.status());
+  for (const DeviceStatus& d : engine_->ListDevices())
+    if (CheckDevice(**caller, d.info->id).ok()) ToProto(d, reply->add_devices());
   return grpc::Status::OK;
 }
 
 grpc::Status ReplaydService::OpenSession(grpc::ServerContext* context,
                                          const v1::OpenSessionRequest* request,
                                          v1::OpenSessionReply* reply) {
-  auto session = engine_->OpenSession(Tenant(context), request->device());
+  absl::StatusOr<std::shared_ptr<const Tenant>> caller = Caller(context);
+  if (!caller.ok()) return ToGrpc(caller.status());
+  if (absl::Status s = CheckDevice(**caller, request->device()); !s.ok()) return ToGrpc(s);
+  auto session = engine_->OpenSession((*caller)->name, request->device());
   if (!session.ok()) return ToGrpc(session.status());
   reply->set_session((*session)->id());
   reply->set_tenant((*session)->tenant());
@@ -43,7 +58,9 @@ grpc::Status ReplaydService::KeepAlive(grpc::ServerContext* context,
 grpc::Status ReplaydService::CloseSession(grpc::ServerContext* context,
                                           const v1::CloseSessionRequest* request,
                                           v1::CloseSessionReply*) {
-  return ToGrpc(engine_->CloseSession(Tenant(context), request->session()));
+  absl::StatusOr<std::shared_ptr<const Tenant>> caller = Caller(context);
+  if (!caller.ok()) return ToGrpc(caller.status());
+  return ToGrpc(engine_->CloseSession((*caller)->name, request->session()));
 }
 
 grpc::Status ReplaydService::AllocBuffer(grpc::ServerContext* context,
@@ -126,8 +143,11 @@ grpc::Status ReplaydService::ReadBuffer(grpc::ServerContext* context,
 grpc::Status ReplaydService::LoadProgram(grpc::ServerContext* context,
                                          const v1::LoadProgramRequest* request,
                                          v1::LoadProgramReply* reply) {
-  auto session = FindSession(context, request->session());
+  absl::StatusOr<std::shared_ptr<const Tenant>> caller = Caller(context);
+  if (!caller.ok()) return ToGrpc(caller.status());
+  auto session = engine_->FindSession((*caller)->name, request->session());
   if (!session.ok()) return ToGrpc(session.status());
+  if (absl::Status s = CheckFormat(**caller, request->format()); !s.ok()) return ToGrpc(s);
   absl::StatusOr<ProgramSource> source = FromProto(*request);
   if (!source.ok()) return ToGrpc(source.status());
   absl::StatusOr<ProgramInfo> info = (*session)->LoadProgram(*source);
@@ -243,7 +263,9 @@ grpc::Status ReplaydService::GraphInfo(grpc::ServerContext* context,
 grpc::Status ReplaydService::Session(
     grpc::ServerContext* context,
     grpc::ServerReaderWriter<v1::SessionReply, v1::SessionRequest>* stream) {
-  return ServeSessionStream(*engine_, Tenant(context), stream_window_, context, stream);
+  absl::StatusOr<std::shared_ptr<const Tenant>> caller = Caller(context);
+  if (!caller.ok()) return ToGrpc(caller.status());
+  return ServeSessionStream(*engine_, (*caller)->name, stream_window_, context, stream);
 }
 
 }  // namespace replayd

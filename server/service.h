@@ -7,6 +7,7 @@
 #include <string>
 
 #include "engine/engine.h"
+#include "server/authenticator.h"
 #include "replayd/v1/replayd.grpc.pb.h"
 
 namespace replayd {
@@ -17,8 +18,9 @@ inline constexpr size_t kMaxChunkBytes = 1 << 20;
 class ReplaydService final : public v1::Replayd::Service {
  public:
   // `engine` must outlive the service.
-  // `engine` must outlive the service. `stream_window`: see ServeSessionStream.
-  ReplaydService(Engine* engine, size_t stream_window) : engine_(engine), stream_window_(stream_window) {}
+  // `engine` and `auth` must outlive the service. `stream_window`: see ServeSessionStream.
+  ReplaydService(Engine* engine, const Authenticator* auth, size_t stream_window)
+      : engine_(engine), auth_(auth), stream_window_(stream_window) {}
 
   grpc::Status ListDevices(grpc::ServerContext*, const v1::ListDevicesRequest*,
                            v1::ListDevicesReply*) override;
@@ -60,12 +62,13 @@ class ReplaydService final : public v1::Replayd::Service {
                        grpc::ServerReaderWriter<v1::SessionReply, v1::SessionRequest>*) override;
 
  private:
-  // The caller's tenant. Until authentication exists every caller is "default".
-  static absl::string_view Tenant(const grpc::ServerContext* context);
+  // The caller's tenant, from the call's bearer token; UNAUTHENTICATED without one.
+  absl::StatusOr<std::shared_ptr<const Tenant>> Caller(const grpc::ServerContext* context) const;
   absl::StatusOr<std::shared_ptr<replayd::Session>> FindSession(const grpc::ServerContext* context,
                                                        SessionId id);
 
   Engine* const engine_;
+  const Authenticator* const auth_;
   const size_t stream_window_;
 };
 

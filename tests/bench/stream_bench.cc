@@ -48,6 +48,12 @@ absl::StatusOr<client::Graph> CaptureChain(client::Session& session, const clien
   return session.EndCapture({});
 }
 
+client::ClientOptions WideWindow() {
+  client::ClientOptions options;
+  options.stream_window = 256;
+  return options;
+}
+
 struct Client1 {
   std::unique_ptr<client::Client> client;
   std::unique_ptr<client::Session> session;
@@ -57,7 +63,7 @@ struct Client1 {
 
   static Client1 Open(const std::string& address, int calls = kCalls, int floats = kFloats) {
     Client1 c;
-    c.client = std::make_unique<client::Client>(client::Client::Connect(address, 256));
+    c.client = std::make_unique<client::Client>(client::Client::Connect(address, WideWindow()));
     c.session = std::make_unique<client::Session>(*c.client->OpenSession("cpu:0"));
     c.program = std::make_unique<client::Program>(
         *c.session->Load({"cpu-c", kChainKernel, "step", *client::ParseSignature("inout,int32,int32"), {}}));

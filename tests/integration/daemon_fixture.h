@@ -30,6 +30,7 @@ class DaemonFixture : public ::testing::Test {
     size_t graph_cache_graphs = 256;
     uint64_t graph_cache_bytes = uint64_t{1} << 30;
     size_t stream_window = 8;
+    std::filesystem::path tenants_file = {};
   };
 
   void SetUp() override { Start(Options()); }
@@ -44,6 +45,7 @@ class DaemonFixture : public ::testing::Test {
     d.engine.graph_cache.max_graphs = options.graph_cache_graphs;
     d.engine.graph_cache.max_bytes = options.graph_cache_bytes;
     d.stream_window = options.stream_window;
+    d.tenants_file = options.tenants_file;
     auto started = Daemon::Start(d);
     ASSERT_TRUE(started.ok()) << started.status();
     daemon_ = std::move(*started);

@@ -83,7 +83,9 @@ TEST_P(StreamTest, PipelinedReplaysRunInOrder) {
 }
 
 TEST_P(StreamTest, MoreThanTheWindowOutstandingAllCompleteInOrder) {
-  Client small = Client::Connect(daemon_->address(), /*stream_window=*/4);
+  ClientOptions window4;
+  window4.stream_window = 4;
+  Client small = Client::Connect(daemon_->address(), window4);
   auto s = small.OpenSession("cpu:0");
   ASSERT_TRUE(s.ok());
   auto p = s->Load({"cpu-c", kStep, "step", *ParseSignature("inout,int32"), {}});

@@ -1,0 +1,67 @@
+// Who is calling. With a tenants file, every call carries `authorization: Bearer <token>`
+// and is the tenant whose token's SHA-256 the file lists; the comparison takes the same
+// time whichever entry matches, or none. Without a file every caller is the tenant
+// `default`, trusted, on every device and format.
+//
+// Thread safety: thread-safe; Reload may run while calls authenticate.
+#ifndef REPLAYD_SERVER_AUTHENTICATOR_H_
+#define REPLAYD_SERVER_AUTHENTICATOR_H_
+
+#include <array>
+#include <filesystem>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+
+namespace replayd {
+
+struct Tenant {
+  std::string name;
+  std::vector<std::string> devices;  // empty: every device
+  std::vector<std::string> formats;  // empty: every format
+  bool trusted = false;              // may load cpu-c (native code in the daemon)
+};
+
+// PERMISSION_DENIED unless `tenant` may use `device`.
+absl::Status CheckDevice(const Tenant& tenant, absl::string_view device);
+// PERMISSION_DENIED unless `tenant` may load programs of `format`; cpu-c needs trusted.
+absl::Status CheckFormat(const Tenant& tenant, absl::string_view format);
+
+class Authenticator {
+ public:
+  // Every caller is `default`.
+  Authenticator();
+  // The policies of the tenants file at `path`; INVALID_ARGUMENT naming the line of a
+  // parse error, or the entry that is wrong (a bad digest, a name or token used twice).
+  static absl::StatusOr<std::unique_ptr<Authenticator>> FromFile(const std::filesystem::path& path);
+
+  // Reads the file again. On any error the policies in force stay and the error says why.
+  // Sessions are not touched: a revoked tenant's open sessions live on until they close.
+  absl::Status Reload();
+
+  // The tenant of a call whose `authorization` metadata is `header` (empty when absent).
+  // UNAUTHENTICATED for a missing, malformed or unknown token.
+  absl::StatusOr<std::shared_ptr<const Tenant>> Authenticate(absl::string_view header) const;
+
+  bool open() const { return path_.empty(); }
+  size_t tenant_count() const;
+
+ private:
+  struct Entry {
+    std::array<uint8_t, 32> digest;
+    std::shared_ptr<const Tenant> tenant;
+  };
+  static absl::StatusOr<std::vector<Entry>> Parse(const std::filesystem::path& path);
+
+  std::filesystem::path path_;
+  std::shared_ptr<const Tenant> open_tenant_;
+  mutable absl::Mutex mu_;
+  std::vector<Entry> entries_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace replayd
+
+#endif  // REPLAYD_SERVER_AUTHENTICATOR_H_
