@@ -476,7 +476,15 @@ Client Client::Connect(const std::string& target, ClientOptions options) {
   grpc::ChannelArguments args;
   args.SetMaxReceiveMessageSize(20 << 20);
   args.SetMaxSendMessageSize(20 << 20);
-  auto channel = grpc::CreateCustomChannel(target, grpc::InsecureChannelCredentials(), args);
+  std::shared_ptr<grpc::ChannelCredentials> credentials = grpc::InsecureChannelCredentials();
+  if (!options.tls_root_ca.empty()) {
+    grpc::SslCredentialsOptions ssl;
+    ssl.pem_root_certs = options.tls_root_ca;
+    ssl.pem_cert_chain = options.tls_cert;
+    ssl.pem_private_key = options.tls_key;
+    credentials = grpc::SslCredentials(ssl);
+  }
+  auto channel = grpc::CreateCustomChannel(target, credentials, args);
   return Client(std::shared_ptr<v1::Replayd::Stub>(v1::Replayd::NewStub(channel)), std::move(options));
 }
 

@@ -264,6 +264,9 @@ class Session {
 struct ClientOptions {
   std::string token;         // sent as authorization: Bearer <token> on every call
   size_t stream_window = 64;  // operations a session's stream may have outstanding
+  // TLS, when tls_root_ca (PEM) is set: the CA that signed the daemon's certificate, and
+  // for mutual TLS this client's PEM certificate chain and key.
+  std::string tls_root_ca, tls_cert, tls_key;
 };
 
 // Adds the bearer token to a call (nothing for an empty token).

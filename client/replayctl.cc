@@ -27,6 +27,9 @@
 ABSL_FLAG(std::string, target, "127.0.0.1:7070", "address of the replayd daemon");
 ABSL_FLAG(std::string, device, "cpu:0", "device to run on");
 ABSL_FLAG(std::string, token, "", "bearer token, for a daemon with --tenants (or $REPLAYD_TOKEN)");
+ABSL_FLAG(std::string, tls_ca, "", "PEM file of the CA that signed the daemon's certificate: use TLS");
+ABSL_FLAG(std::string, tls_cert, "", "PEM certificate chain of this client (mutual TLS)");
+ABSL_FLAG(std::string, tls_key, "", "PEM private key of --tls_cert");
 ABSL_FLAG(std::string, entry, "", "run: the kernel's function name");
 ABSL_FLAG(std::string, args, "", "run: argument specs (see --help)");
 ABSL_FLAG(std::string, global, "1", "run: global dimensions, N[,N,N]");
@@ -191,6 +194,17 @@ int main(int argc, char** argv) {
   client_options.token = absl::GetFlag(FLAGS_token);
   if (const char* env = std::getenv("REPLAYD_TOKEN"); client_options.token.empty() && env)
     client_options.token = env;
+  auto read = [](const std::string& path) {
+    std::ifstream in(path);
+    std::stringstream text;
+    text << in.rdbuf();
+    return text.str();
+  };
+  if (!absl::GetFlag(FLAGS_tls_ca).empty()) {
+    client_options.tls_root_ca = read(absl::GetFlag(FLAGS_tls_ca));
+    if (!absl::GetFlag(FLAGS_tls_cert).empty()) client_options.tls_cert = read(absl::GetFlag(FLAGS_tls_cert));
+    if (!absl::GetFlag(FLAGS_tls_key).empty()) client_options.tls_key = read(absl::GetFlag(FLAGS_tls_key));
+  }
   replayd::Client client = replayd::Client::Connect(absl::GetFlag(FLAGS_target), client_options);
   std::string command = positional[1];
   if (command == "devices") return replayd::client::Devices(client);

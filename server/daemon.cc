@@ -1,9 +1,46 @@
 #include "server/daemon.h"
 
+#include <fstream>
+#include <sstream>
+
 #include "absl/strings/str_cat.h"
 #include "spdlog/spdlog.h"
 
 namespace replayd {
+
+namespace {
+
+absl::StatusOr<std::string> ReadFile(const std::filesystem::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return absl::InvalidArgumentError(absl::StrCat("cannot read ", path.string()));
+  std::stringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> ServerCredentials(const DaemonOptions& options) {
+  if (options.tls_cert.empty() != options.tls_key.empty())
+    return absl::InvalidArgumentError("TLS needs both a certificate and a key");
+  if (options.tls_cert.empty()) {
+    if (!options.tls_client_ca.empty())
+      return absl::InvalidArgumentError("a client CA needs a server certificate and key");
+    return grpc::InsecureServerCredentials();
+  }
+  absl::StatusOr<std::string> cert = ReadFile(options.tls_cert), key = ReadFile(options.tls_key);
+  if (!cert.ok()) return cert.status();
+  if (!key.ok()) return key.status();
+  grpc::SslServerCredentialsOptions ssl(GRPC_SSL_DONT_REQUEST_CLIENT_CERTIFICATE);
+  ssl.pem_key_cert_pairs.push_back({*key, *cert});
+  if (!options.tls_client_ca.empty()) {
+    absl::StatusOr<std::string> ca = ReadFile(options.tls_client_ca);
+    if (!ca.ok()) return ca.status();
+    ssl.pem_root_certs = *ca;
+    ssl.client_certificate_request = GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY;
+  }
+  return grpc::SslServerCredentials(ssl);
+}
+
+}  // namespace
 
 absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(DaemonOptions options) {
   std::vector<std::unique_ptr<Device>> devices;
@@ -34,9 +71,11 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(DaemonOptions options) {
   daemon->service_ =
       std::make_unique<ReplaydService>(daemon->engine_.get(), daemon->auth_.get(), options.stream_window);
 
+  absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> credentials = ServerCredentials(options);
+  if (!credentials.ok()) return credentials.status();
   grpc::ServerBuilder builder;
   int port = 0;
-  builder.AddListeningPort(options.listen, grpc::InsecureServerCredentials(), &port);
+  builder.AddListeningPort(options.listen, *credentials, &port);
   builder.RegisterService(daemon->service_.get());
   // Program code may be up to 16 MiB; transfers use chunks of at most 1 MiB.
   builder.SetMaxReceiveMessageSize(20 << 20);

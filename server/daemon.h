@@ -25,6 +25,9 @@ struct DaemonOptions {
   CpuDriverOptions cpu;
   size_t stream_window = 8;  // Session stream read-ahead; 0 runs each request as it is read
   std::filesystem::path tenants_file;  // empty: one tenant, default, without authentication
+  // TLS: a PEM certificate chain and key; with a client CA, clients must present a
+  // certificate it signed (mutual TLS). Empty: plaintext.
+  std::filesystem::path tls_cert, tls_key, tls_client_ca;
 };
 
 class Daemon {

@@ -31,6 +31,9 @@ ABSL_FLAG(int, stream_window, 8,
 ABSL_FLAG(std::string, tenants, "", "tenants file (protobuf text, see tenants.proto); reloaded on SIGHUP");
 ABSL_FLAG(bool, allow_remote_without_tenants, false,
           "serve a non-loopback --listen address without --tenants (no authentication)");
+ABSL_FLAG(std::string, tls_cert, "", "PEM certificate chain: serve TLS");
+ABSL_FLAG(std::string, tls_key, "", "PEM private key of --tls_cert");
+ABSL_FLAG(std::string, tls_client_ca, "", "PEM CA: require client certificates it signed (mutual TLS)");
 ABSL_FLAG(int, shutdown_grace_seconds, 5, "time calls in flight get to finish at shutdown");
 
 namespace {
@@ -86,6 +89,9 @@ int main(int argc, char** argv) {
   options.engine.graph_cache.max_bytes = absl::GetFlag(FLAGS_graph_cache_bytes);
 
   options.tenants_file = absl::GetFlag(FLAGS_tenants);
+  options.tls_cert = absl::GetFlag(FLAGS_tls_cert);
+  options.tls_key = absl::GetFlag(FLAGS_tls_key);
+  options.tls_client_ca = absl::GetFlag(FLAGS_tls_client_ca);
   if (options.tenants_file.empty()) {
     const std::string host = options.listen.substr(0, options.listen.rfind(':'));
     const bool loopback = host == "localhost" || host == "[::1]" || host.rfind("127.", 0) == 0;
