@@ -44,7 +44,7 @@ class TlsTest : public ::testing::Test {
 
   void Start(bool mutual) {
     DaemonOptions d;
-    d.listen = "localhost:0";
+    d.listen = "127.0.0.1:0";  // the certificate names the IP too
     d.engine.cache_dir = dir_.path() / "cache";
     d.tls_cert = dir_.path() / "server.pem";
     d.tls_key = dir_.path() / "server.key";
@@ -89,7 +89,7 @@ TEST_F(TlsTest, MutualTlsNeedsAClientCertificateFromTheClientCa) {
 
 TEST_F(TlsTest, IncompleteTlsSettingsStopTheDaemonFromStarting) {
   DaemonOptions d;
-  d.listen = "localhost:0";
+  d.listen = "127.0.0.1:0";  // the certificate names the IP too
   d.engine.cache_dir = dir_.path() / "cache";
   d.tls_cert = dir_.path() / "server.pem";
   EXPECT_EQ(Daemon::Start(d).status().code(), absl::StatusCode::kInvalidArgument);
