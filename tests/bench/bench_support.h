@@ -13,6 +13,7 @@
 
 #include "absl/flags/declare.h"
 #include "absl/time/time.h"
+#include "tests/support/free_port.h"
 
 // Flags every bench binary takes.
 ABSL_DECLARE_FLAG(std::string, replayd);
@@ -39,8 +40,6 @@ class ChildProcess {
 // Pins the calling thread to `cpu` (no-op for cpu < 0).
 void PinTo(int cpu);
 
-// A free TCP port on 127.0.0.1.
-int FreePort();
 
 // Serves the Baseline service on `address` until SIGTERM; returns the exit code.
 int ServeBaseline(const std::string& address);

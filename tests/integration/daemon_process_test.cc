@@ -1,10 +1,6 @@
 // The replayd binary itself: SIGHUP reloads the tenants file, SIGTERM shuts down
 // cleanly, and without a tenants file it refuses a non-loopback address.
-#include <arpa/inet.h>
 #include <gtest/gtest.h>
-#include <netinet/in.h>
-#include <sys/socket.h>
-#include <unistd.h>
 #include <openssl/evp.h>
 #include <signal.h>
 #include <spawn.h>
@@ -15,6 +11,7 @@
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "client/client.h"
+#include "tests/support/free_port.h"
 #include "tests/support/temp_dir.h"
 
 extern char** environ;
@@ -44,18 +41,6 @@ int WaitExit(pid_t pid) {
   return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
 }
 
-// A free loopback port: bind to 0, read it back, let it go.
-int FreePort() {
-  int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr);
-  socklen_t len = sizeof addr;
-  getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
-  close(fd);
-  return ntohs(addr.sin_port);
-}
 
 absl::Status OpenAndClose(const std::string& address, const std::string& token) {
   ClientOptions o;
