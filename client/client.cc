@@ -42,6 +42,26 @@ absl::Status FromGrpc(const grpc::Status& status) {
   return absl::Status(static_cast<absl::StatusCode>(status.error_code()), status.error_message());
 }
 
+namespace {
+
+// Frees one handle of the session on the daemon, best effort: the handles of a closed
+// session are gone with it. `set` names the handle in the request; `rpc` is the Free call.
+template <typename Request, typename Reply>
+void FreeHandle(const std::shared_ptr<client_internal::SessionCore>& core, uint64_t handle,
+                void (Request::*set)(uint64_t),
+                grpc::Status (v1::Replayd::Stub::*rpc)(grpc::ClientContext*, const Request&, Reply*)) {
+  if (!core || handle == 0 || core->closed) return;
+  grpc::ClientContext context;
+  Authorize(context, core->token);
+  Request request;
+  request.set_session(core->id);
+  (request.*set)(handle);
+  Reply reply;
+  ((*core->stub).*rpc)(&context, request, &reply);
+}
+
+}  // namespace
+
 Buffer& Buffer::operator=(Buffer&& other) noexcept {
   if (this != &other) {
     Release();
@@ -55,14 +75,7 @@ Buffer& Buffer::operator=(Buffer&& other) noexcept {
 Buffer::~Buffer() { Release(); }
 
 void Buffer::Release() {
-  if (!core_ || handle_ == 0 || core_->closed) return;
-  grpc::ClientContext context;
-  Authorize(context, core_->token);
-  v1::FreeBufferRequest request;
-  request.set_session(core_->id);
-  request.set_buffer(handle_);
-  v1::FreeBufferReply reply;
-  core_->stub->FreeBuffer(&context, request, &reply);
+  FreeHandle(core_, handle_, &v1::FreeBufferRequest::set_buffer, &v1::Replayd::Stub::FreeBuffer);
   handle_ = 0;
 }
 
@@ -79,14 +92,7 @@ Program& Program::operator=(Program&& other) noexcept {
 Program::~Program() { Release(); }
 
 void Program::Release() {
-  if (!core_ || handle_ == 0 || core_->closed) return;
-  grpc::ClientContext context;
-  Authorize(context, core_->token);
-  v1::FreeProgramRequest request;
-  request.set_session(core_->id);
-  request.set_program(handle_);
-  v1::FreeProgramReply reply;
-  core_->stub->FreeProgram(&context, request, &reply);
+  FreeHandle(core_, handle_, &v1::FreeProgramRequest::set_program, &v1::Replayd::Stub::FreeProgram);
   handle_ = 0;
 }
 
@@ -278,14 +284,7 @@ Graph& Graph::operator=(Graph&& other) noexcept {
 Graph::~Graph() { Release(); }
 
 void Graph::Release() {
-  if (!core_ || info_.graph() == 0 || core_->closed) return;
-  grpc::ClientContext context;
-  Authorize(context, core_->token);
-  v1::FreeGraphRequest request;
-  request.set_session(core_->id);
-  request.set_graph(info_.graph());
-  v1::FreeGraphReply reply;
-  core_->stub->FreeGraph(&context, request, &reply);
+  FreeHandle(core_, info_.graph(), &v1::FreeGraphRequest::set_graph, &v1::Replayd::Stub::FreeGraph);
   info_.set_graph(0);
 }
 
