@@ -1,0 +1,86 @@
+// The device scheduler: work on one device (launches, replays, copies) takes a turn
+// before it runs, one turn at a time. Turns go to per-tenant queues by weighted deficit
+// round robin on measured device time (the time a turn is held), interactive before
+// batch (see DeficitRoundRobin). A session runs its operations one at a time, so its
+// order is kept; a tenant's queue is FIFO.
+//
+// A tenant whose waiting work items reach its `queued` quota is answered
+// RESOURCE_EXHAUSTED at once, so no caller blocks without bound behind a full queue.
+//
+// An uncontended turn is a lock, a queue push and pop and a clock read; nothing is
+// allocated.
+//
+// Thread safety: thread-safe.
+#ifndef REPLAYD_ENGINE_SCHEDULER_H_
+#define REPLAYD_ENGINE_SCHEDULER_H_
+
+#include <memory>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "engine/deficit_round_robin.h"
+#include "engine/tenant.h"
+
+namespace replayd {
+
+struct SchedulerOptions {
+  absl::Duration quantum = absl::Microseconds(500);  // per round, times the weight
+  absl::Duration batch_max_wait = absl::Milliseconds(20);
+};
+
+class Scheduler {
+ public:
+  // One tenant's queue on this device.
+  class Queue;
+
+  // The right to use the device, released (and its time charged) on destruction.
+  class Turn {
+   public:
+    Turn(Turn&& other) noexcept;
+    Turn& operator=(Turn&&) = delete;
+    ~Turn();
+
+   private:
+    friend class Scheduler;
+    Turn(Scheduler* scheduler, Queue* queue, int64_t start_ns)
+        : scheduler_(scheduler), queue_(queue), start_ns_(start_ns) {}
+    Scheduler* scheduler_;
+    Queue* queue_;
+    int64_t start_ns_;
+  };
+
+  explicit Scheduler(SchedulerOptions options);
+  ~Scheduler();
+  Scheduler(const Scheduler&) = delete;
+  Scheduler& operator=(const Scheduler&) = delete;
+
+  // The queue of `account`'s tenant, made on first use with `limits`' share; it lives as
+  // long as the scheduler, and `account` must too.
+  Queue* QueueFor(TenantAccount* account, const TenantLimits& limits);
+  // Sets a queue's weight and priority class (a tenants file reload).
+  void SetShare(Queue* queue, const TenantLimits& limits);
+
+  // Waits for the device. RESOURCE_EXHAUSTED when the queue's tenant already has its
+  // `queued` quota of work items waiting.
+  absl::StatusOr<Turn> Acquire(Queue* queue);
+
+  // Work items waiting now, over all tenants.
+  size_t waiting() const;
+
+ private:
+  void Release(Queue* queue, int64_t start_ns);
+  // Grants the next turn, if any waits. Requires the device to be free.
+  void Dispatch(int64_t now_ns) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  mutable absl::Mutex mu_;
+  DeficitRoundRobin drr_ ABSL_GUARDED_BY(mu_);
+  bool busy_ ABSL_GUARDED_BY(mu_) = false;
+  absl::flat_hash_map<const TenantAccount*, std::unique_ptr<Queue>> queues_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace replayd
+
+#endif  // REPLAYD_ENGINE_SCHEDULER_H_
