@@ -1,6 +1,9 @@
 #include "engine/engine.h"
 
+#include <algorithm>
+
 #include "absl/strings/str_cat.h"
+#include "engine/accounted_context.h"
 #include "spdlog/spdlog.h"
 
 namespace replayd {
@@ -19,8 +22,11 @@ Engine::Engine(EngineOptions options, std::vector<std::unique_ptr<Device>> devic
                std::unique_ptr<CompileCache> cache)
     : options_(std::move(options)),
       devices_(std::move(devices)),
-      compile_cache_(std::move(cache)),
-      reaper_([this] { ReaperMain(); }) {}
+      compile_cache_(std::move(cache)) {
+  for (size_t i = 0; i < devices_.size(); ++i)
+    schedulers_.push_back(std::make_unique<Scheduler>(options_.scheduler));
+  reaper_ = std::thread([this] { ReaperMain(); });
+}
 
 Engine::~Engine() {
   {
@@ -49,24 +55,88 @@ std::vector<DeviceStatus> Engine::ListDevices() const {
 
 absl::StatusOr<std::shared_ptr<Session>> Engine::OpenSession(absl::string_view tenant,
                                                              absl::string_view device) {
-  Device* found = nullptr;
-  for (const auto& d : devices_)
-    if (d->info().id == device) found = d.get();
-  if (!found) return absl::NotFoundError(absl::StrCat("device \"", device.substr(0, 64), "\" not found"));
+  size_t index = devices_.size();
+  for (size_t i = 0; i < devices_.size(); ++i)
+    if (devices_[i]->info().id == device) index = i;
+  if (index == devices_.size())
+    return absl::NotFoundError(absl::StrCat("device \"", device.substr(0, 64), "\" not found"));
+  Device* found = devices_[index].get();
+  TenantAccount* account;
+  TenantLimits limits;
+  {
+    absl::MutexLock lock(&mu_);
+    TenantState& t = TenantFor(tenant);
+    account = t.account.get();
+    limits = t.limits;
+  }
+  if (absl::Status s = account->Reserve(Resource::kSessions, 1); !s.ok()) return s;
+  Reservation reserved(account, Resource::kSessions, 1);
   absl::StatusOr<std::unique_ptr<Context>> context = found->OpenContext();
   if (!context.ok()) return context.status();
+  auto accounted = std::make_shared<AccountedContext>(std::move(*context), account);
+  Scheduler* scheduler = schedulers_[index].get();
+  Scheduler::Queue* queue = scheduler->QueueFor(account, limits);
   absl::MutexLock lock(&mu_);
   SessionId id;
   do {
     id = absl::Uniform<uint64_t>(random_);
   } while (id == 0 || sessions_.contains(id));
-  SessionEnv env{found, compile_cache_.get(), GraphCacheFor(tenant, found), options_.batch};
-  auto session = std::make_shared<Session>(id, std::string(tenant), env,
-                                           std::shared_ptr<Context>(std::move(*context)),
+  SessionEnv env{found, compile_cache_.get(), GraphCacheFor(tenant, found), options_.batch,
+                 account, scheduler, queue};
+  auto session = std::make_shared<Session>(id, std::string(tenant), env, std::move(accounted),
                                            options_.lease);
   sessions_.emplace(id, session);
+  reserved.Commit();  // Close gives it back
   spdlog::debug("session {:016x} opened by {} on {}", id, std::string(tenant), std::string(device));
   return session;
+}
+
+TenantLimits Engine::InForce(TenantLimits limits) const {
+  uint64_t& queued = limits.quotas[static_cast<size_t>(Resource::kQueued)];
+  if (queued == 0) queued = options_.queue_limit;
+  limits.weight = std::clamp<uint32_t>(limits.weight, 1, kMaxWeight);
+  return limits;
+}
+
+Engine::TenantState& Engine::TenantFor(absl::string_view tenant) {
+  TenantState& t = tenants_[tenant];
+  if (!t.account) {
+    t.limits = InForce({});
+    t.account = std::make_unique<TenantAccount>(std::string(tenant), t.limits.quotas);
+  }
+  return t;
+}
+
+void Engine::ConfigureTenants(const std::vector<TenantConfig>& tenants) {
+  absl::MutexLock lock(&mu_);
+  for (const TenantConfig& c : tenants) {
+    TenantState& t = TenantFor(c.name);
+    t.limits = InForce(c.limits);
+    t.account->set_quotas(t.limits.quotas);
+    for (auto& scheduler : schedulers_) scheduler->SetShare(scheduler->QueueFor(t.account.get(), t.limits), t.limits);
+  }
+}
+
+std::vector<TenantReport> Engine::Tenants() const {
+  std::vector<TenantReport> out;
+  std::vector<std::shared_ptr<Session>> sessions;
+  {
+    absl::MutexLock lock(&mu_);
+    for (const auto& [name, t] : tenants_) out.push_back({name, t.limits, t.account->usage(), {}});
+    for (const auto& [id, s] : sessions_) sessions.push_back(s);
+  }
+  std::sort(out.begin(), out.end(), [](const TenantReport& a, const TenantReport& b) { return a.name < b.name; });
+  for (const auto& s : sessions) {
+    auto it = std::lower_bound(out.begin(), out.end(), s->tenant(),
+                               [](const TenantReport& r, const std::string& name) { return r.name < name; });
+    if (it == out.end() || it->name != s->tenant()) continue;
+    it->sessions.push_back({s->id(), s->device().id, s->memory_in_use(), s->program_count(),
+                            s->graph_count(), s->deadline()});
+  }
+  for (TenantReport& r : out)
+    std::sort(r.sessions.begin(), r.sessions.end(),
+              [](const SessionReport& a, const SessionReport& b) { return a.id < b.id; });
+  return out;
 }
 
 absl::StatusOr<std::shared_ptr<Session>> Engine::FindSession(absl::string_view tenant,
@@ -92,6 +162,20 @@ absl::Status Engine::CloseSession(absl::string_view tenant, SessionId id) {
   }
   session->Close();
   spdlog::debug("session {:016x} closed", id);
+  return absl::OkStatus();
+}
+
+absl::Status Engine::AdminCloseSession(SessionId id) {
+  std::shared_ptr<Session> session;
+  {
+    absl::MutexLock lock(&mu_);
+    auto it = sessions_.find(id);
+    if (it == sessions_.end()) return absl::NotFoundError(absl::StrCat("session ", id, " not found"));
+    session = std::move(it->second);
+    sessions_.erase(it);
+  }
+  spdlog::info("session {:016x} of {} closed by an admin", id, session->tenant());
+  session->Close();
   return absl::OkStatus();
 }
 

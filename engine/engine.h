@@ -22,7 +22,9 @@
 #include "drivers/driver.h"
 #include "engine/compile_cache.h"
 #include "engine/graph_cache.h"
+#include "engine/scheduler.h"
 #include "engine/session.h"
+#include "engine/tenant.h"
 
 namespace replayd {
 
@@ -31,6 +33,30 @@ struct EngineOptions {
   std::filesystem::path cache_dir;
   GraphCacheOptions graph_cache;  // per tenant and device
   BatchOptions batch;
+  SchedulerOptions scheduler;     // per device
+  uint64_t queue_limit = 1024;    // a tenant's waiting work items when its quota sets none
+};
+
+// The limits of one tenant, from the tenants file.
+struct TenantConfig {
+  std::string name;
+  TenantLimits limits;
+};
+
+struct SessionReport {
+  SessionId id = 0;
+  std::string device;
+  uint64_t memory_bytes = 0;  // its buffers
+  size_t programs = 0;
+  size_t graphs = 0;
+  absl::Time deadline;        // of its lease
+};
+
+struct TenantReport {
+  std::string name;
+  TenantLimits limits;  // with the quotas in force (the default queue limit filled in)
+  TenantUsage usage;
+  std::vector<SessionReport> sessions;
 };
 
 struct DeviceStatus {
@@ -57,6 +83,15 @@ class Engine {
   absl::StatusOr<std::shared_ptr<Session>> FindSession(absl::string_view tenant, SessionId id);
   absl::Status CloseSession(absl::string_view tenant, SessionId id);
 
+  // Sets the limits of the tenants listed (a tenant seen for the first time gets an
+  // account). Tenants not listed keep their accounts and limits: a revoked tenant's
+  // sessions live on until they close. Takes effect for open sessions at once.
+  void ConfigureTenants(const std::vector<TenantConfig>& tenants);
+  // Every tenant with an account, by name, with its usage and open sessions.
+  std::vector<TenantReport> Tenants() const;
+  // Closes session `id` whichever tenant owns it (the admin's close); NOT_FOUND if none.
+  absl::Status AdminCloseSession(SessionId id);
+
   // Closes the sessions whose lease has passed at `now`; returns how many.
   int ReapExpired(absl::Time now);
   size_t session_count() const;
@@ -70,12 +105,23 @@ class Engine {
   void ReaperMain();
   GraphCache* GraphCacheFor(absl::string_view tenant, const Device* device)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  struct TenantState {
+    std::unique_ptr<TenantAccount> account;
+    TenantLimits limits;
+  };
+  TenantState& TenantFor(absl::string_view tenant) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // `limits` with the engine's defaults where the quota sets none.
+  TenantLimits InForce(TenantLimits limits) const;
 
   const EngineOptions options_;
   const std::vector<std::unique_ptr<Device>> devices_;
   const std::unique_ptr<CompileCache> compile_cache_;
 
   mutable absl::Mutex mu_;
+  // Never shrinks: sessions and scheduler queues point at its accounts, so it is
+  // declared before (and destroyed after) everything that holds them.
+  absl::flat_hash_map<std::string, TenantState> tenants_ ABSL_GUARDED_BY(mu_);
+  std::vector<std::unique_ptr<Scheduler>> schedulers_;  // one per device, in its order
   absl::flat_hash_map<SessionId, std::shared_ptr<Session>> sessions_ ABSL_GUARDED_BY(mu_);
   absl::BitGen random_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<std::pair<std::string, const Device*>, std::unique_ptr<GraphCache>>

@@ -16,6 +16,7 @@ int64_t NowNs() {
 struct Waiter : DeficitRoundRobin::Item {
   absl::CondVar granted_cv;
   bool granted = false;
+  bool counted = true;  // holds a unit of the tenant's queued quota
 };
 
 }  // namespace
@@ -55,7 +56,7 @@ void Scheduler::SetShare(Queue* queue, const TenantLimits& limits) {
   drr_.SetShare(queue, limits.weight, limits.priority, NowNs());
 }
 
-absl::StatusOr<Scheduler::Turn> Scheduler::Acquire(Queue* queue) {
+absl::StatusOr<Scheduler::Turn> Scheduler::Acquire(Queue* queue, bool check_quota) {
   absl::MutexLock lock(&mu_);
   if (!busy_ && drr_.waiting() == 0) {
     // Uncontended: still through the policy, so the tenant's debt stays bounded.
@@ -67,11 +68,14 @@ absl::StatusOr<Scheduler::Turn> Scheduler::Acquire(Queue* queue) {
     busy_ = true;
     return Turn(this, queue, now);
   }
-  if (absl::Status s = queue->account->Reserve(Resource::kQueued, 1); !s.ok()) {
-    queue->account->CountRejected();
-    return absl::ResourceExhaustedError(absl::StrCat(s.message(), " (the device queue is full)"));
+  if (check_quota) {
+    if (absl::Status s = queue->account->Reserve(Resource::kQueued, 1); !s.ok()) {
+      queue->account->CountRejected();
+      return absl::ResourceExhaustedError(absl::StrCat(s.message(), " (the device queue is full)"));
+    }
   }
   Waiter waiter;
+  waiter.counted = check_quota;
   drr_.Push(queue, &waiter, NowNs());
   while (!waiter.granted) waiter.granted_cv.Wait(&mu_);
   return Turn(this, queue, NowNs());
@@ -91,7 +95,7 @@ void Scheduler::Dispatch(int64_t now_ns) {
   DeficitRoundRobin::Queue* from = nullptr;
   auto* waiter = static_cast<Waiter*>(drr_.Pop(now_ns, &from));
   if (!waiter) return;
-  static_cast<Queue*>(from)->account->Release(Resource::kQueued, 1);
+  if (waiter->counted) static_cast<Queue*>(from)->account->Release(Resource::kQueued, 1);
   busy_ = true;
   waiter->granted = true;
   waiter->granted_cv.Signal();

@@ -64,8 +64,9 @@ class Scheduler {
   void SetShare(Queue* queue, const TenantLimits& limits);
 
   // Waits for the device. RESOURCE_EXHAUSTED when the queue's tenant already has its
-  // `queued` quota of work items waiting.
-  absl::StatusOr<Turn> Acquire(Queue* queue);
+  // `queued` quota of work items waiting, unless `check_quota` is false (the later steps
+  // of work admitted once, such as the replays of a sequence).
+  absl::StatusOr<Turn> Acquire(Queue* queue, bool check_quota = true);
 
   // Work items waiting now, over all tenants.
   size_t waiting() const;

@@ -30,6 +30,9 @@ void Session::Close() {
   // Wait for submitted work before its memory goes.
   context_->Synchronize().IgnoreError();
   capture_.reset();
+  env_.account->Release(Resource::kGraphs, graphs_.size());
+  env_.account->Release(Resource::kPrograms, programs_.size());
+  env_.account->Release(Resource::kSessions, 1);
   graphs_.Clear();
   env_.graph_cache->EvictOwner(id_);
   programs_.Clear();
@@ -50,6 +53,16 @@ absl::StatusOr<std::shared_ptr<Buffer>> Session::FindBuffer(Handle buffer) const
 uint64_t Session::memory_in_use() const {
   absl::MutexLock lock(&mu_);
   return memory_in_use_;
+}
+
+size_t Session::program_count() const {
+  absl::MutexLock lock(&mu_);
+  return programs_.size();
+}
+
+size_t Session::graph_count() const {
+  absl::MutexLock lock(&mu_);
+  return graphs_.size();
 }
 
 absl::StatusOr<Handle> Session::AllocBuffer(uint64_t bytes) {
@@ -96,6 +109,8 @@ absl::Status Session::WriteBuffer(Handle buffer, uint64_t offset,
   absl::StatusOr<std::pair<uint64_t, uint64_t>> range =
       ResolveView(ViewArg{buffer, offset, bytes.size()}, (*b)->allocation.bytes);
   if (!range.ok()) return range.status();
+  absl::StatusOr<Scheduler::Turn> turn = env_.scheduler->Acquire(env_.queue);
+  if (!turn.ok()) return turn.status();
   return context_->Write((*b)->allocation, offset, bytes);
 }
 
@@ -107,6 +122,8 @@ absl::Status Session::ReadBuffer(Handle buffer, uint64_t offset, std::span<uint8
   absl::StatusOr<std::pair<uint64_t, uint64_t>> range =
       ResolveView(ViewArg{buffer, offset, bytes.size()}, (*b)->allocation.bytes);
   if (!range.ok()) return range.status();
+  absl::StatusOr<Scheduler::Turn> turn = env_.scheduler->Acquire(env_.queue);
+  if (!turn.ok()) return turn.status();
   return context_->Read((*b)->allocation, offset, bytes);
 }
 
@@ -116,6 +133,9 @@ absl::StatusOr<ProgramInfo> Session::LoadProgram(const ProgramSource& source) {
     if (absl::Status s = CheckOpen(); !s.ok()) return s;
   }
   if (absl::Status s = CheckProgramSource(source, device()); !s.ok()) return s;
+  // The quota is checked before the compile, which can be long, and released on failure.
+  if (absl::Status s = env_.account->Reserve(Resource::kPrograms, 1); !s.ok()) return s;
+  Reservation reserved(env_.account, Resource::kPrograms, 1);
   // Compiling can take seconds: the session's other operations go on meanwhile.
   absl::StatusOr<CompiledArtifact> artifact = env_.compile_cache->GetOrCompile(*env_.device, source);
   if (!artifact.ok()) return artifact.status();
@@ -136,6 +156,7 @@ absl::StatusOr<ProgramInfo> Session::LoadProgram(const ProgramSource& source) {
   program->kernel = std::move(*kernel);
   ProgramInfo info;
   info.handle = programs_.Insert(std::move(program));
+  reserved.Commit();
   info.key = artifact->key;
   info.cache_hit = artifact->cache_hit;
   info.compile_time = artifact->compile_time;
@@ -145,7 +166,9 @@ absl::StatusOr<ProgramInfo> Session::LoadProgram(const ProgramSource& source) {
 absl::Status Session::FreeProgram(Handle program) {
   absl::MutexLock lock(&mu_);
   if (absl::Status s = CheckOpen(); !s.ok()) return s;
-  return programs_.Remove(program).status();
+  if (absl::Status s = programs_.Remove(program).status(); !s.ok()) return s;
+  env_.account->Release(Resource::kPrograms, 1);
+  return absl::OkStatus();
 }
 
 absl::Status Session::PackArgs(const Kernel& kernel, const LaunchOp& op,
@@ -228,6 +251,8 @@ absl::StatusOr<LaunchResult> Session::Launch(const LaunchOp& op) {
   if (!local.ok()) return local.status();
   thread_local std::vector<ArgValue> args;
   if (absl::Status s = PackArgs(*(*program)->kernel, op, variables, *values, args); !s.ok()) return s;
+  absl::StatusOr<Scheduler::Turn> turn = env_.scheduler->Acquire(env_.queue);
+  if (!turn.ok()) return turn.status();
   if (capture_) {
     if (absl::Status s = Record(op, *program, variables); !s.ok()) return s;
   }
@@ -404,6 +429,8 @@ absl::StatusOr<GraphInfo> Session::DefineGraph(const GraphDef& def) {
 
 absl::StatusOr<GraphInfo> Session::AddGraph(Graph graph) {
   if (absl::Status s = CheckGraph(graph, device()); !s.ok()) return s;
+  if (absl::Status s = env_.account->Reserve(Resource::kGraphs, 1); !s.ok()) return s;
+  Reservation reserved(env_.account, Resource::kGraphs, 1);
   std::string structure = GraphStructure(graph, context_->address_space());
   std::shared_ptr<GraphInstance> instance = env_.graph_cache->Lookup(structure);
   const bool hit = instance != nullptr;
@@ -415,6 +442,7 @@ absl::StatusOr<GraphInfo> Session::AddGraph(Graph graph) {
     env_.graph_cache->Insert(instance, id_);
   }
   Handle h = graphs_.Insert(instance);
+  reserved.Commit();
   return Describe(h, *instance, hit);
 }
 
@@ -446,7 +474,9 @@ absl::StatusOr<GraphInfo> Session::DescribeGraph(Handle graph) {
 absl::Status Session::FreeGraph(Handle graph) {
   absl::MutexLock lock(&mu_);
   if (absl::Status s = CheckOpen(); !s.ok()) return s;
-  return graphs_.Remove(graph).status();
+  if (absl::Status s = graphs_.Remove(graph).status(); !s.ok()) return s;
+  env_.account->Release(Resource::kGraphs, 1);
+  return absl::OkStatus();
 }
 
 absl::StatusOr<std::shared_ptr<GraphInstance>> Session::FindReplayable(Handle graph) const {
@@ -541,6 +571,8 @@ absl::Status Session::ReplayGraph(const ReplayOp& op, ReplayResult& result) {
   } release{reads};
   if (absl::Status s = ResolveParams(**g, op.params, addresses, values); !s.ok()) return s;
   if (absl::Status s = ResolveReads(op.reads, reads); !s.ok()) return s;
+  absl::StatusOr<Scheduler::Turn> turn = env_.scheduler->Acquire(env_.queue);
+  if (!turn.ok()) return turn.status();
   absl::StatusOr<std::optional<absl::Duration>> time =
       (*g)->Replay(addresses, values, op.wait || !reads.empty());
   if (!time.ok()) return time.status();
@@ -597,12 +629,19 @@ absl::StatusOr<SequenceResult> Session::ReplaySequence(const ReplaySequenceOp& o
     const bool report = op.stream_reads || i + 1 == count;
     const std::vector<uint64_t>& a = addresses[stepping ? 0 : i];
     std::vector<int64_t>& v = values[stepping ? 0 : i];
-    absl::StatusOr<std::optional<absl::Duration>> time = g.Replay(a, v, report && !reads.empty());
-    if (!time.ok()) return time.status();
-    ++result.replays;
-    if (stepping) v[stepped] += op.step;
-    if (!report) continue;
-    if (absl::Status s = TakeReads(reads, step_result.reads); !s.ok()) return s;
+    {
+      // A turn per replay, so other tenants' work runs between the replays of a long
+      // sequence. Only the first is refused by a full queue: a sequence once admitted
+      // runs to its end. The turn is given back before the reads go to the client.
+      absl::StatusOr<Scheduler::Turn> turn = env_.scheduler->Acquire(env_.queue, /*check_quota=*/i == 0);
+      if (!turn.ok()) return turn.status();
+      absl::StatusOr<std::optional<absl::Duration>> time = g.Replay(a, v, report && !reads.empty());
+      if (!time.ok()) return time.status();
+      ++result.replays;
+      if (stepping) v[stepped] += op.step;
+      if (!report) continue;
+      if (absl::Status s = TakeReads(reads, step_result.reads); !s.ok()) return s;
+    }
     if (absl::Status s = on_replay(i, step_result); !s.ok()) return s;
   }
   if (absl::Status s = context_->Synchronize(); !s.ok()) return s;

@@ -4,7 +4,9 @@
 //
 // Every operation checks its input completely before it changes anything, so a failed
 // operation leaves the session as it was. Operations of one session run one at a time
-// in arrival order.
+// in arrival order. Work on the device (launches, each replay, copies) takes a turn
+// from the device's scheduler after its checks; programs, graphs and (through the
+// context) memory count against the tenant's quotas.
 //
 // Capture: between BeginCapture and EndCapture, launches run as usual and are also
 // recorded. EndCapture turns the record into a graph: the buffers named as inputs and
@@ -35,6 +37,8 @@
 #include "engine/graph_instance.h"
 #include "engine/handle_table.h"
 #include "engine/program.h"
+#include "engine/scheduler.h"
+#include "engine/tenant.h"
 
 namespace replayd {
 
@@ -141,6 +145,10 @@ struct SessionEnv {
   CompileCache* compile_cache = nullptr;
   GraphCache* graph_cache = nullptr;
   BatchOptions batch;
+  // The tenant's account, holding this session's sessions quota unit until Close.
+  TenantAccount* account = nullptr;
+  Scheduler* scheduler = nullptr;  // the device's
+  Scheduler::Queue* queue = nullptr;  // the tenant's on that device
 };
 
 class Session {
@@ -207,6 +215,9 @@ class Session {
 
   // Bytes of device memory held by this session's buffers.
   uint64_t memory_in_use() const;
+  size_t program_count() const;
+  size_t graph_count() const;
+  absl::Time deadline() const { return absl::FromUnixNanos(deadline_ns_.load()); }
 
  private:
   struct RecordedView {

@@ -232,6 +232,10 @@ grpc::Status ServeSessionStream(Engine& engine, absl::string_view tenant, size_t
     ahead.Finish();
   });
   while (std::unique_ptr<v1::SessionRequest> request = ahead.Pop()) {
+    if (context->IsCancelled()) {
+      ahead.Stop();
+      break;
+    }
     runner.Handle(*request, reply);
     // With more requests read, the transport may hold this reply and send it with the
     // next; the reply to the last request read is sent at once.
