@@ -484,7 +484,28 @@ Client Client::Connect(const std::string& target, ClientOptions options) {
     credentials = grpc::SslCredentials(ssl);
   }
   auto channel = grpc::CreateCustomChannel(target, credentials, args);
-  return Client(std::shared_ptr<v1::Replayd::Stub>(v1::Replayd::NewStub(channel)), std::move(options));
+  return Client(std::shared_ptr<v1::Replayd::Stub>(v1::Replayd::NewStub(channel)),
+                std::shared_ptr<v1::Admin::Stub>(v1::Admin::NewStub(channel)), std::move(options));
+}
+
+absl::StatusOr<std::vector<v1::TenantStatus>> Client::ListTenants() {
+  grpc::ClientContext context;
+  Authorize(context, options_.token);
+  v1::ListTenantsReply reply;
+  absl::Status s = FromGrpc(admin_->ListTenants(&context, v1::ListTenantsRequest(), &reply));
+  if (!s.ok()) return s;
+  return std::vector<v1::TenantStatus>(reply.tenants().begin(), reply.tenants().end());
+}
+
+absl::StatusOr<std::string> Client::CloseAnySession(uint64_t session) {
+  grpc::ClientContext context;
+  Authorize(context, options_.token);
+  v1::AdminCloseSessionRequest request;
+  request.set_session(session);
+  v1::AdminCloseSessionReply reply;
+  absl::Status s = FromGrpc(admin_->CloseSession(&context, request, &reply));
+  if (!s.ok()) return s;
+  return reply.tenant();
 }
 
 absl::StatusOr<std::vector<v1::Device>> Client::ListDevices() {

@@ -25,6 +25,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
+#include "replayd/v1/admin.grpc.pb.h"
 #include "replayd/v1/replayd.grpc.pb.h"
 
 namespace replayd::client {
@@ -281,10 +282,17 @@ class Client {
   absl::StatusOr<Session> OpenSession(const std::string& device);
   v1::Replayd::Stub& stub() { return *stub_; }
 
+  // The Admin service; PERMISSION_DENIED unless this client's tenant is an admin.
+  absl::StatusOr<std::vector<v1::TenantStatus>> ListTenants();
+  // Closes any tenant's session; returns the tenant that owned it.
+  absl::StatusOr<std::string> CloseAnySession(uint64_t session);
+
  private:
-  Client(std::shared_ptr<v1::Replayd::Stub> stub, ClientOptions options)
-      : stub_(std::move(stub)), options_(std::move(options)) {}
+  Client(std::shared_ptr<v1::Replayd::Stub> stub, std::shared_ptr<v1::Admin::Stub> admin,
+         ClientOptions options)
+      : stub_(std::move(stub)), admin_(std::move(admin)), options_(std::move(options)) {}
   std::shared_ptr<v1::Replayd::Stub> stub_;
+  std::shared_ptr<v1::Admin::Stub> admin_;
   ClientOptions options_;
 };
 

@@ -3,6 +3,8 @@
 //   replayctl devices
 //   replayctl run FILE.c --entry NAME --args SPECS --global N[,N,N] [--core_id]
 //   replayctl demo
+//   replayctl tenants                  (admin) tenants, usage against quotas, sessions
+//   replayctl close-session ID         (admin) close any tenant's session (hex id)
 //
 // SPECS for run is a comma-separated list, one per kernel argument in order:
 //   in:f32:N[:FILL], out:f32:N, inout:f32:N[:FILL]   a buffer of N elements (f32 or i32)
@@ -55,6 +57,42 @@ int Devices(Client& client) {
         d.id(), d.kind(), d.name(), d.total_memory() >> 20, d.free_memory() >> 20,
         absl::StrJoin(d.formats(), ","), d.limits().max_global_total(), d.driver_version());
   }
+  return 0;
+}
+
+std::string Quota(uint64_t used, uint64_t quota) {
+  return quota == 0 ? absl::StrCat(used) : absl::StrCat(used, "/", quota);
+}
+
+int Tenants(Client& client) {
+  absl::StatusOr<std::vector<v1::TenantStatus>> tenants = client.ListTenants();
+  if (!tenants.ok()) return Fail(tenants.status());
+  std::cout << absl::StrFormat("%-16s %-11s %6s %-22s %-9s %-9s %-9s %-9s %12s %10s %8s\n", "TENANT",
+                               "CLASS", "WEIGHT", "MEMORY", "SESSIONS", "PROGRAMS", "GRAPHS",
+                               "QUEUED", "DEVICE_MS", "ITEMS", "REJECTED");
+  for (const v1::TenantStatus& t : *tenants) {
+    std::cout << absl::StrFormat(
+        "%-16s %-11s %6d %-22s %-9s %-9s %-9s %-9s %12.1f %10d %8d\n", t.name(),
+        t.priority() == v1::PRIORITY_INTERACTIVE ? "interactive" : "batch", t.weight(),
+        Quota(t.used().memory_bytes(), t.quotas().memory_bytes()),
+        Quota(t.used().sessions(), t.quotas().sessions()),
+        Quota(t.used().programs(), t.quotas().programs()), Quota(t.used().graphs(), t.quotas().graphs()),
+        Quota(t.used().queued(), t.quotas().queued()), t.device_time_us() / 1000.0, t.work_items(),
+        t.rejected());
+    for (const v1::SessionUsage& s : t.sessions())
+      std::cout << absl::StrFormat("  session %016x on %s: %d bytes, %d programs, %d graphs, lease %.0f s\n",
+                                   s.session(), s.device(), s.memory_bytes(), s.programs(), s.graphs(),
+                                   s.lease_seconds_left());
+  }
+  return 0;
+}
+
+int CloseAnySession(Client& client, const std::string& id) {
+  uint64_t session = 0;
+  if (!absl::SimpleHexAtoi(id, &session)) return Fail(absl::InvalidArgumentError("session id must be hex"));
+  absl::StatusOr<std::string> tenant = client.CloseAnySession(session);
+  if (!tenant.ok()) return Fail(tenant.status());
+  std::cout << "closed session " << id << " of tenant " << *tenant << "\n";
   return 0;
 }
 
@@ -184,7 +222,8 @@ int Run(Client& client, const std::string& file) {
 
 int main(int argc, char** argv) {
   absl::SetProgramUsageMessage(
-      "replayctl devices | run FILE.c --entry NAME --args SPECS --global N | demo");
+      "replayctl devices | run FILE.c --entry NAME --args SPECS --global N | demo | tenants | "
+      "close-session ID");
   std::vector<char*> positional = absl::ParseCommandLine(argc, argv);
   if (positional.size() < 2) {
     std::cerr << absl::ProgramUsageMessage() << "\n";
@@ -208,6 +247,9 @@ int main(int argc, char** argv) {
   replayd::Client client = replayd::Client::Connect(absl::GetFlag(FLAGS_target), client_options);
   std::string command = positional[1];
   if (command == "devices") return replayd::client::Devices(client);
+  if (command == "tenants") return replayd::client::Tenants(client);
+  if (command == "close-session" && positional.size() == 3)
+    return replayd::client::CloseAnySession(client, positional[2]);
   if (command == "run" && positional.size() == 3) return replayd::client::Run(client, positional[2]);
   if (command == "demo") {
     replayd::client::DemoOptions options;

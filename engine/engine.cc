@@ -165,7 +165,7 @@ absl::Status Engine::CloseSession(absl::string_view tenant, SessionId id) {
   return absl::OkStatus();
 }
 
-absl::Status Engine::AdminCloseSession(SessionId id) {
+absl::StatusOr<std::string> Engine::AdminCloseSession(SessionId id) {
   std::shared_ptr<Session> session;
   {
     absl::MutexLock lock(&mu_);
@@ -176,7 +176,7 @@ absl::Status Engine::AdminCloseSession(SessionId id) {
   }
   spdlog::info("session {:016x} of {} closed by an admin", id, session->tenant());
   session->Close();
-  return absl::OkStatus();
+  return session->tenant();
 }
 
 int Engine::ReapExpired(absl::Time now) {

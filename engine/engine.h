@@ -89,8 +89,9 @@ class Engine {
   void ConfigureTenants(const std::vector<TenantConfig>& tenants);
   // Every tenant with an account, by name, with its usage and open sessions.
   std::vector<TenantReport> Tenants() const;
-  // Closes session `id` whichever tenant owns it (the admin's close); NOT_FOUND if none.
-  absl::Status AdminCloseSession(SessionId id);
+  // Closes session `id` whichever tenant owns it (the admin's close) and returns that
+  // tenant; NOT_FOUND if no such session is open.
+  absl::StatusOr<std::string> AdminCloseSession(SessionId id);
 
   // Closes the sessions whose lease has passed at `now`; returns how many.
   int ReapExpired(absl::Time now);

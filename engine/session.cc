@@ -34,8 +34,10 @@ void Session::Close() {
   env_.account->Release(Resource::kPrograms, programs_.size());
   env_.account->Release(Resource::kSessions, 1);
   graphs_.Clear();
+  graph_count_ = 0;
   env_.graph_cache->EvictOwner(id_);
   programs_.Clear();
+  program_count_ = 0;
   buffers_.Clear();
   memory_in_use_ = 0;
 }
@@ -50,20 +52,9 @@ absl::StatusOr<std::shared_ptr<Buffer>> Session::FindBuffer(Handle buffer) const
   return buffers_.Find(buffer);
 }
 
-uint64_t Session::memory_in_use() const {
-  absl::MutexLock lock(&mu_);
-  return memory_in_use_;
-}
-
-size_t Session::program_count() const {
-  absl::MutexLock lock(&mu_);
-  return programs_.size();
-}
-
-size_t Session::graph_count() const {
-  absl::MutexLock lock(&mu_);
-  return graphs_.size();
-}
+uint64_t Session::memory_in_use() const { return memory_in_use_.load(); }
+size_t Session::program_count() const { return program_count_.load(); }
+size_t Session::graph_count() const { return graph_count_.load(); }
 
 absl::StatusOr<Handle> Session::AllocBuffer(uint64_t bytes) {
   absl::MutexLock lock(&mu_);
@@ -156,6 +147,7 @@ absl::StatusOr<ProgramInfo> Session::LoadProgram(const ProgramSource& source) {
   program->kernel = std::move(*kernel);
   ProgramInfo info;
   info.handle = programs_.Insert(std::move(program));
+  ++program_count_;
   reserved.Commit();
   info.key = artifact->key;
   info.cache_hit = artifact->cache_hit;
@@ -167,6 +159,7 @@ absl::Status Session::FreeProgram(Handle program) {
   absl::MutexLock lock(&mu_);
   if (absl::Status s = CheckOpen(); !s.ok()) return s;
   if (absl::Status s = programs_.Remove(program).status(); !s.ok()) return s;
+  --program_count_;
   env_.account->Release(Resource::kPrograms, 1);
   return absl::OkStatus();
 }
@@ -442,6 +435,7 @@ absl::StatusOr<GraphInfo> Session::AddGraph(Graph graph) {
     env_.graph_cache->Insert(instance, id_);
   }
   Handle h = graphs_.Insert(instance);
+  ++graph_count_;
   reserved.Commit();
   return Describe(h, *instance, hit);
 }
@@ -475,6 +469,7 @@ absl::Status Session::FreeGraph(Handle graph) {
   absl::MutexLock lock(&mu_);
   if (absl::Status s = CheckOpen(); !s.ok()) return s;
   if (absl::Status s = graphs_.Remove(graph).status(); !s.ok()) return s;
+  --graph_count_;
   env_.account->Release(Resource::kGraphs, 1);
   return absl::OkStatus();
 }

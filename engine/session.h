@@ -274,7 +274,9 @@ class Session {
 
   mutable absl::Mutex mu_;
   bool closed_ ABSL_GUARDED_BY(mu_) = false;
-  uint64_t memory_in_use_ ABSL_GUARDED_BY(mu_) = 0;
+  // Read without the lock (by the admin's report while work runs); written under it.
+  std::atomic<uint64_t> memory_in_use_ = 0;
+  std::atomic<size_t> program_count_ = 0, graph_count_ = 0;
   std::shared_ptr<Context> context_;
   // Declared after context_, so they are destroyed (and free their memory) before it.
   HandleTable<Buffer> buffers_ ABSL_GUARDED_BY(mu_){"buffer"};

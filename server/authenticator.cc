@@ -1,6 +1,7 @@
 #include "server/authenticator.h"
 
 #include <google/protobuf/io/tokenizer.h>
+#include <grpcpp/grpcpp.h>
 #include <google/protobuf/text_format.h>
 #include <openssl/crypto.h>
 #include <openssl/evp.h>
@@ -57,7 +58,7 @@ absl::Status CheckFormat(const Tenant& tenant, absl::string_view format) {
 }
 
 Authenticator::Authenticator()
-    : open_tenant_(std::make_shared<const Tenant>(Tenant{"default", {}, {}, true})) {}
+    : open_tenant_(std::make_shared<const Tenant>(Tenant{"default", {}, {}, true, true, {}})) {}
 
 absl::StatusOr<std::vector<Authenticator::Entry>> Authenticator::Parse(const std::filesystem::path& path) {
   std::ifstream in(path);
@@ -82,10 +83,17 @@ absl::StatusOr<std::vector<Authenticator::Entry>> Authenticator::Parse(const std
     digest = absl::HexStringToBytes(absl::AsciiStrToLower(p.token_sha256()));
     if (!names.insert(p.name()).second) return absl::InvalidArgumentError(absl::StrCat(where, ": name used twice"));
     if (!digests.insert(digest).second) return absl::InvalidArgumentError(absl::StrCat(where, ": token used twice"));
+    if (p.weight() > kMaxWeight)
+      return absl::InvalidArgumentError(absl::StrCat(where, ": weight ", p.weight(), " is not in [1, ", kMaxWeight, "]"));
+    Tenant t{p.name(), {p.devices().begin(), p.devices().end()}, {p.formats().begin(), p.formats().end()},
+             p.trusted(), p.admin(), {}};
+    const v1::Quotas& q = p.quotas();
+    t.limits.quotas = {q.memory_bytes(), q.sessions(), q.programs(), q.graphs(), q.queued()};
+    t.limits.weight = std::max<uint32_t>(p.weight(), 1);
+    t.limits.priority = p.priority() == v1::PRIORITY_INTERACTIVE ? Priority::kInteractive : Priority::kBatch;
     Entry e;
     std::copy(digest.begin(), digest.end(), e.digest.begin());
-    e.tenant = std::make_shared<const Tenant>(Tenant{p.name(), {p.devices().begin(), p.devices().end()},
-                                                     {p.formats().begin(), p.formats().end()}, p.trusted()});
+    e.tenant = std::make_shared<const Tenant>(std::move(t));
     entries.push_back(std::move(e));
   }
   return entries;
@@ -123,6 +131,23 @@ absl::StatusOr<std::shared_ptr<const Tenant>> Authenticator::Authenticate(absl::
     if (CRYPTO_memcmp(e.digest.data(), digest.data(), digest.size()) == 0) found = e.tenant;
   if (!found) return absl::UnauthenticatedError("unknown token");
   return found;
+}
+
+absl::StatusOr<std::shared_ptr<const Tenant>> Authenticator::Authenticate(
+    const grpc::ServerContext& context) const {
+  const auto& metadata = context.client_metadata();
+  auto it = metadata.find("authorization");
+  absl::string_view header;
+  if (it != metadata.end()) header = absl::string_view(it->second.data(), it->second.size());
+  return Authenticate(header);
+}
+
+std::vector<TenantConfig> Authenticator::configs() const {
+  std::vector<TenantConfig> out;
+  if (open()) return {{open_tenant_->name, open_tenant_->limits}};
+  absl::MutexLock lock(&mu_);
+  for (const Entry& e : entries_) out.push_back({e.tenant->name, e.tenant->limits});
+  return out;
 }
 
 size_t Authenticator::tenant_count() const {

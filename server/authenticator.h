@@ -1,7 +1,7 @@
 // Who is calling. With a tenants file, every call carries `authorization: Bearer <token>`
 // and is the tenant whose token's SHA-256 the file lists; the comparison takes the same
 // time whichever entry matches, or none. Without a file every caller is the tenant
-// `default`, trusted, on every device and format.
+// `default`, trusted and an admin, on every device and format, without quotas.
 //
 // Thread safety: thread-safe; Reload may run while calls authenticate.
 #ifndef REPLAYD_SERVER_AUTHENTICATOR_H_
@@ -15,6 +15,11 @@
 
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
+#include "engine/engine.h"
+
+namespace grpc {
+class ServerContext;
+}
 
 namespace replayd {
 
@@ -23,6 +28,8 @@ struct Tenant {
   std::vector<std::string> devices;  // empty: every device
   std::vector<std::string> formats;  // empty: every format
   bool trusted = false;              // may load cpu-c (native code in the daemon)
+  bool admin = false;                // may call the Admin service
+  TenantLimits limits;               // quotas, weight, priority class
 };
 
 // PERMISSION_DENIED unless `tenant` may use `device`.
@@ -45,6 +52,10 @@ class Authenticator {
   // The tenant of a call whose `authorization` metadata is `header` (empty when absent).
   // UNAUTHENTICATED for a missing, malformed or unknown token.
   absl::StatusOr<std::shared_ptr<const Tenant>> Authenticate(absl::string_view header) const;
+  // The tenant of a call, from its metadata.
+  absl::StatusOr<std::shared_ptr<const Tenant>> Authenticate(const grpc::ServerContext& context) const;
+  // The limits of every tenant in force, for the engine.
+  std::vector<TenantConfig> configs() const;
 
   bool open() const { return path_.empty(); }
   size_t tenant_count() const;

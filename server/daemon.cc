@@ -68,8 +68,10 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(DaemonOptions options) {
       Engine::Create(options.engine, std::move(devices));
   if (!engine.ok()) return engine.status();
   daemon->engine_ = std::move(*engine);
+  daemon->engine_->ConfigureTenants(daemon->auth_->configs());
   daemon->service_ =
       std::make_unique<ReplaydService>(daemon->engine_.get(), daemon->auth_.get(), options.stream_window);
+  daemon->admin_ = std::make_unique<AdminService>(daemon->engine_.get(), daemon->auth_.get());
 
   absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> credentials = ServerCredentials(options);
   if (!credentials.ok()) return credentials.status();
@@ -77,6 +79,7 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(DaemonOptions options) {
   int port = 0;
   builder.AddListeningPort(options.listen, *credentials, &port);
   builder.RegisterService(daemon->service_.get());
+  builder.RegisterService(daemon->admin_.get());
   // Program code may be up to 16 MiB; transfers use chunks of at most 1 MiB.
   builder.SetMaxReceiveMessageSize(20 << 20);
   builder.SetMaxSendMessageSize(20 << 20);
@@ -87,6 +90,12 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(DaemonOptions options) {
   daemon->address_ = absl::StrCat(host, ":", port);
   spdlog::info("listening on {}", daemon->address_);
   return daemon;
+}
+
+absl::Status Daemon::ReloadTenants() {
+  if (absl::Status s = auth_->Reload(); !s.ok()) return s;
+  engine_->ConfigureTenants(auth_->configs());
+  return absl::OkStatus();
 }
 
 void Daemon::Shutdown(absl::Duration grace) {

@@ -13,6 +13,7 @@
 #include "absl/status/statusor.h"
 #include "drivers/cpu/cpu_driver.h"
 #include "engine/engine.h"
+#include "server/admin_service.h"
 #include "server/authenticator.h"
 #include "server/service.h"
 
@@ -41,8 +42,9 @@ class Daemon {
   const std::string& address() const { return address_; }
   Engine& engine() { return *engine_; }
 
-  // Reads the tenants file again (SIGHUP); on error the policies in force stay.
-  absl::Status ReloadTenants() { return auth_->Reload(); }
+  // Reads the tenants file again (SIGHUP) and applies its limits to the engine; on error
+  // the policies in force stay.
+  absl::Status ReloadTenants();
 
   // Stops accepting calls, gives calls in flight `grace` to finish, then cancels them.
   void Shutdown(absl::Duration grace);
@@ -53,6 +55,7 @@ class Daemon {
   std::unique_ptr<Authenticator> auth_;
   std::unique_ptr<Engine> engine_;
   std::unique_ptr<ReplaydService> service_;
+  std::unique_ptr<AdminService> admin_;
   std::unique_ptr<grpc::Server> server_;
   std::string address_;
 };

@@ -34,6 +34,12 @@ ABSL_FLAG(bool, allow_remote_without_tenants, false,
 ABSL_FLAG(std::string, tls_cert, "", "PEM certificate chain: serve TLS");
 ABSL_FLAG(std::string, tls_key, "", "PEM private key of --tls_cert");
 ABSL_FLAG(std::string, tls_client_ca, "", "PEM CA: require client certificates it signed (mutual TLS)");
+ABSL_FLAG(uint64_t, queue_limit, 1024,
+          "work items a tenant may have waiting for a device when its quotas set no queued limit");
+ABSL_FLAG(absl::Duration, scheduler_quantum, absl::Microseconds(500),
+          "device time a tenant of weight 1 gets per scheduling round while tenants compete");
+ABSL_FLAG(absl::Duration, batch_max_wait, absl::Milliseconds(20),
+          "waiting batch work runs at least once per this interval, even under interactive load");
 ABSL_FLAG(int, shutdown_grace_seconds, 5, "time calls in flight get to finish at shutdown");
 
 namespace {
@@ -87,6 +93,16 @@ int main(int argc, char** argv) {
   options.stream_window = absl::GetFlag(FLAGS_stream_window);
   options.engine.graph_cache.max_graphs = absl::GetFlag(FLAGS_graph_cache_graphs);
   options.engine.graph_cache.max_bytes = absl::GetFlag(FLAGS_graph_cache_bytes);
+
+  if (absl::GetFlag(FLAGS_queue_limit) < 1 || absl::GetFlag(FLAGS_scheduler_quantum) < absl::Microseconds(1) ||
+      absl::GetFlag(FLAGS_batch_max_wait) <= absl::ZeroDuration()) {
+    spdlog::error("--queue_limit must be at least 1, --scheduler_quantum at least 1us and "
+                  "--batch_max_wait positive");
+    return 2;
+  }
+  options.engine.queue_limit = absl::GetFlag(FLAGS_queue_limit);
+  options.engine.scheduler.quantum = absl::GetFlag(FLAGS_scheduler_quantum);
+  options.engine.scheduler.batch_max_wait = absl::GetFlag(FLAGS_batch_max_wait);
 
   options.tenants_file = absl::GetFlag(FLAGS_tenants);
   options.tls_cert = absl::GetFlag(FLAGS_tls_cert);

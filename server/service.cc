@@ -9,11 +9,7 @@ namespace replayd {
 
 absl::StatusOr<std::shared_ptr<const Tenant>> ReplaydService::Caller(
     const grpc::ServerContext* context) const {
-  const auto& metadata = context->client_metadata();
-  auto it = metadata.find("authorization");
-  absl::string_view header;
-  if (it != metadata.end()) header = absl::string_view(it->second.data(), it->second.size());
-  return auth_->Authenticate(header);
+  return auth_->Authenticate(*context);
 }
 
 absl::StatusOr<std::shared_ptr<replayd::Session>> ReplaydService::FindSession(

@@ -1,30 +1,22 @@
 // The replayd binary itself: SIGHUP reloads the tenants file, SIGTERM shuts down
 // cleanly, and without a tenants file it refuses a non-loopback address.
 #include <gtest/gtest.h>
-#include <openssl/evp.h>
 #include <signal.h>
 #include <spawn.h>
 #include <sys/wait.h>
 
 #include <fstream>
 
-#include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "client/client.h"
 #include "tests/support/free_port.h"
 #include "tests/support/temp_dir.h"
+#include "tests/support/tenants_file.h"
 
 extern char** environ;
 
 namespace replayd::client {
 namespace {
-
-std::string Sha256Hex(const std::string& token) {
-  unsigned char d[32];
-  unsigned int n = 0;
-  EVP_Digest(token.data(), token.size(), d, &n, EVP_sha256(), nullptr);
-  return absl::BytesToHexString(absl::string_view(reinterpret_cast<char*>(d), n));
-}
 
 pid_t Spawn(const std::vector<std::string>& argv) {
   std::vector<char*> args;

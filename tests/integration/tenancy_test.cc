@@ -2,28 +2,16 @@
 // tenants file's SHA-256 digests, devices and formats per tenant, cpu-c only for trusted
 // tenants, sessions hidden from other tenants, and reloads that keep sessions.
 #include <gmock/gmock.h>
-#include <openssl/evp.h>
 
 #include <fstream>
 
-#include "absl/strings/escaping.h"
 #include "tests/integration/daemon_fixture.h"
+#include "tests/support/tenants_file.h"
 
 namespace replayd::client {
 namespace {
 
 using ::testing::HasSubstr;
-
-std::string Sha256Hex(const std::string& token) {
-  unsigned char d[32];
-  unsigned int n = 0;
-  EVP_Digest(token.data(), token.size(), d, &n, EVP_sha256(), nullptr);
-  return absl::BytesToHexString(absl::string_view(reinterpret_cast<char*>(d), n));
-}
-
-std::string TenantText(const std::string& name, const std::string& token, const std::string& extra) {
-  return "tenant {\n  name: \"" + name + "\"\n  token_sha256: \"" + Sha256Hex(token) + "\"\n" + extra + "}\n";
-}
 
 class TenancyTest : public DaemonFixture {
  protected:
