@@ -1,7 +1,6 @@
 // Quotas, the Admin service and the device queue over loopback: each quota at its edge
 // (at the quota passes, one past fails naming it and leaves no trace), the Admin
-// service's view and its close, the queue limit, weighted shares between tenants, and
-// cross-tenant access to every kind of handle.
+// service's view and its close, the queue limit, and weighted shares between tenants.
 #include <gmock/gmock.h>
 
 #include <atomic>

@@ -1,9 +1,11 @@
 // Authentication and per-tenant policy over loopback: bearer tokens checked against the
 // tenants file's SHA-256 digests, devices and formats per tenant, cpu-c only for trusted
-// tenants, sessions hidden from other tenants, and reloads that keep sessions.
+// tenants, every handle of another tenant NOT_FOUND, graph caches per tenant, and reloads
+// that keep sessions.
 #include <gmock/gmock.h>
 
 #include <fstream>
+#include <functional>
 
 #include "tests/integration/daemon_fixture.h"
 #include "tests/support/tenants_file.h"
@@ -19,7 +21,8 @@ class TenancyTest : public DaemonFixture {
     file_ = cache_.path() / "tenants.textproto";
     Write(TenantText("alice", "alice-token", "  trusted: true\n") +
           TenantText("bob", "bob-token", "  devices: \"cuda:0\"\n") +
-          TenantText("carol", "carol-token", "  formats: \"cuda-c\"\n  trusted: true\n"));
+          TenantText("carol", "carol-token", "  formats: \"cuda-c\"\n  trusted: true\n") +
+          TenantText("erin", "erin-token", "  trusted: true\n"));
     Options options;
     options.tenants_file = file_;
     Start(options);
@@ -42,8 +45,7 @@ TEST_F(TenancyTest, NoTokenOrAWrongOneIsUnauthenticated) {
   grpc::ClientContext ctx;
   ctx.AddMetadata("authorization", "alice-token");
   v1::ListDevicesReply reply;
-  EXPECT_EQ(stub().ListDevices(&ctx, v1::ListDevicesRequest(), &reply).error_code(),
-            grpc::StatusCode::UNAUTHENTICATED);
+  EXPECT_EQ(stub().ListDevices(&ctx, v1::ListDevicesRequest(), &reply).error_code(), grpc::StatusCode::UNAUTHENTICATED);
 }
 
 TEST_F(TenancyTest, TheRightTokenWorksEndToEnd) {
@@ -89,41 +91,249 @@ TEST_F(TenancyTest, AFormatOutsideThePolicyIsPermissionDenied) {
   EXPECT_EQ(s->Load(AddSpec()).status().code(), absl::StatusCode::kPermissionDenied);
 }
 
-TEST_F(TenancyTest, AnotherTenantsSessionIsNotFound) {
-  Client alice = As("alice-token");
-  Client carol = As("carol-token");
-  auto theirs = carol.OpenSession("cpu:0");
+// Erin's session holds one object of every kind; alice names them all.
+TEST_F(TenancyTest, EveryKindOfHandleOfAnotherTenantIsNotFound) {
+  Client erin = As("erin-token");
+  auto theirs = erin.OpenSession("cpu:0");
   ASSERT_TRUE(theirs.ok());
-  auto buffer = theirs->Alloc(64);
-  // Alice names carol's session and buffer directly.
-  for (auto* rpc : {"keepalive", "read", "close"}) {
-    grpc::ClientContext ctx;
-    Authorize(ctx, "alice-token");
-    grpc::Status st;
-    if (std::string(rpc) == "keepalive") {
-      v1::KeepAliveRequest r;
-      r.set_session(theirs->id());
-      v1::KeepAliveReply reply;
-      st = stub().KeepAlive(&ctx, r, &reply);
-    } else if (std::string(rpc) == "read") {
-      v1::ReadBufferRequest r;
-      r.set_session(theirs->id());
-      r.set_buffer(buffer->handle());
-      auto reader = stub().ReadBuffer(&ctx, r);
-      v1::ReadChunk c;
-      while (reader->Read(&c)) {
-      }
-      st = reader->Finish();
-    } else {
-      v1::CloseSessionRequest r;
-      r.set_session(theirs->id());
-      v1::CloseSessionReply reply;
-      st = stub().CloseSession(&ctx, r, &reply);
+  auto program = theirs->Load(AddSpec());
+  auto a = theirs->Alloc(64), out = theirs->Alloc(64);
+  ASSERT_TRUE(program.ok() && a.ok() && out.ok());
+  ASSERT_TRUE(theirs->WriteVector(*a, std::vector<float>(16, 2.f)).ok());
+  const std::vector<KernelArg> add_args = {View{&*out}, View{&*a}, View{&*a}, int64_t{16}, int64_t{1}};
+  ASSERT_TRUE(theirs->BeginCapture({&*a}, {}).ok());
+  ASSERT_TRUE(theirs->Launch(*program, add_args, {1, 1, 1}).ok());
+  auto graph = theirs->EndCapture({&*out});
+  ASSERT_TRUE(graph.ok()) << graph.status();
+
+  const uint64_t session = theirs->id(), buffer = a->handle(), prog = program->handle(), g = graph->handle();
+  using Call = std::function<grpc::Status(grpc::ClientContext&, uint64_t)>;
+  auto& rpc = stub();
+  const std::vector<std::pair<std::string, Call>> calls = {
+      {"KeepAlive",
+       [&](auto& ctx, uint64_t s) {
+         v1::KeepAliveRequest r;
+         r.set_session(s);
+         v1::KeepAliveReply y;
+         return rpc.KeepAlive(&ctx, r, &y);
+       }},
+      {"CloseSession",
+       [&](auto& ctx, uint64_t s) {
+         v1::CloseSessionRequest r;
+         r.set_session(s);
+         v1::CloseSessionReply y;
+         return rpc.CloseSession(&ctx, r, &y);
+       }},
+      {"AllocBuffer",
+       [&](auto& ctx, uint64_t s) {
+         v1::AllocBufferRequest r;
+         r.set_session(s);
+         r.set_bytes(64);
+         v1::AllocBufferReply y;
+         return rpc.AllocBuffer(&ctx, r, &y);
+       }},
+      {"FreeBuffer",
+       [&](auto& ctx, uint64_t s) {
+         v1::FreeBufferRequest r;
+         r.set_session(s);
+         r.set_buffer(buffer);
+         v1::FreeBufferReply y;
+         return rpc.FreeBuffer(&ctx, r, &y);
+       }},
+      {"WriteBuffer",
+       [&](auto& ctx, uint64_t s) {
+         v1::WriteBufferReply y;
+         auto writer = rpc.WriteBuffer(&ctx, &y);
+         v1::WriteChunk c;
+         c.set_session(s);
+         c.set_buffer(buffer);
+         c.set_data(std::string(64, '\0'));
+         writer->Write(c);
+         writer->WritesDone();
+         return writer->Finish();
+       }},
+      {"ReadBuffer",
+       [&](auto& ctx, uint64_t s) {
+         v1::ReadBufferRequest r;
+         r.set_session(s);
+         r.set_buffer(buffer);
+         auto reader = rpc.ReadBuffer(&ctx, r);
+         v1::ReadChunk c;
+         while (reader->Read(&c)) ADD_FAILURE() << "a chunk of another tenant's buffer came back";
+         return reader->Finish();
+       }},
+      {"LoadProgram",
+       [&](auto& ctx, uint64_t s) {
+         v1::LoadProgramRequest r;
+         r.set_session(s);
+         r.set_format("cpu-c");
+         r.set_code(kAddSource);
+         r.set_entry("add");
+         v1::LoadProgramReply y;
+         return rpc.LoadProgram(&ctx, r, &y);
+       }},
+      {"FreeProgram",
+       [&](auto& ctx, uint64_t s) {
+         v1::FreeProgramRequest r;
+         r.set_session(s);
+         r.set_program(prog);
+         v1::FreeProgramReply y;
+         return rpc.FreeProgram(&ctx, r, &y);
+       }},
+      {"Launch",
+       [&](auto& ctx, uint64_t s) {
+         v1::LaunchRequest r;
+         r.set_session(s);
+         r.set_program(prog);
+         for (int i = 0; i < 3; ++i) r.add_args()->mutable_view()->set_buffer(buffer);
+         r.add_args()->set_int_value(16);
+         r.add_args()->set_int_value(1);
+         v1::LaunchReply y;
+         return rpc.Launch(&ctx, r, &y);
+       }},
+      {"Synchronize",
+       [&](auto& ctx, uint64_t s) {
+         v1::SynchronizeRequest r;
+         r.set_session(s);
+         v1::SynchronizeReply y;
+         return rpc.Synchronize(&ctx, r, &y);
+       }},
+      {"BeginCapture",
+       [&](auto& ctx, uint64_t s) {
+         v1::BeginCaptureRequest r;
+         r.set_session(s);
+         v1::BeginCaptureReply y;
+         return rpc.BeginCapture(&ctx, r, &y);
+       }},
+      {"EndCapture",
+       [&](auto& ctx, uint64_t s) {
+         v1::EndCaptureRequest r;
+         r.set_session(s);
+         r.set_discard(true);
+         v1::GraphReply y;
+         return rpc.EndCapture(&ctx, r, &y);
+       }},
+      {"DefineGraph",
+       [&](auto& ctx, uint64_t s) {
+         v1::DefineGraphRequest r;
+         r.set_session(s);
+         v1::Slot* slot = r.mutable_graph()->add_slots();
+         slot->set_kind(v1::Slot::CONSTANT);
+         slot->set_buffer(buffer);
+         v1::GraphCall* call = r.mutable_graph()->add_calls();
+         call->set_program(prog);
+         v1::GraphReply y;
+         return rpc.DefineGraph(&ctx, r, &y);
+       }},
+      {"ReplayGraph",
+       [&](auto& ctx, uint64_t s) {
+         v1::ReplayGraphRequest r;
+         r.set_session(s);
+         r.set_graph(g);
+         r.add_params()->set_buffer(buffer);
+         r.add_params()->set_buffer(out->handle());
+         r.add_reads()->set_buffer(buffer);
+         v1::ReplayGraphReply y;
+         return rpc.ReplayGraph(&ctx, r, &y);
+       }},
+      {"FreeGraph",
+       [&](auto& ctx, uint64_t s) {
+         v1::FreeGraphRequest r;
+         r.set_session(s);
+         r.set_graph(g);
+         v1::FreeGraphReply y;
+         return rpc.FreeGraph(&ctx, r, &y);
+       }},
+      {"GraphInfo",
+       [&](auto& ctx, uint64_t s) {
+         v1::GraphInfoRequest r;
+         r.set_session(s);
+         r.set_graph(g);
+         v1::GraphReply y;
+         return rpc.GraphInfo(&ctx, r, &y);
+       }},
+      {"Session stream",
+       [&](auto& ctx, uint64_t s) {
+         auto stream = rpc.Session(&ctx);
+         v1::SessionRequest r;
+         r.set_seq(1);
+         r.set_session(s);
+         r.mutable_read()->set_buffer(buffer);
+         stream->Write(r);
+         stream->WritesDone();
+         v1::SessionReply reply;
+         grpc::Status answer;
+         while (stream->Read(&reply)) {
+           EXPECT_FALSE(reply.has_read()) << "another tenant's bytes came back";
+           answer = grpc::Status(static_cast<grpc::StatusCode>(reply.code()), reply.message());
+         }
+         grpc::Status finished = stream->Finish();
+         return finished.ok() ? answer : finished;
+       }},
+  };
+
+  // Alice names erin's session in every RPC; then her own session with erin's handles.
+  Client alice = As("alice-token");
+  auto mine = alice.OpenSession("cpu:0");
+  ASSERT_TRUE(mine.ok());
+  for (uint64_t in_session : {session, mine->id()}) {
+    for (const auto& [name, call] : calls) {
+      if (in_session == mine->id() &&
+          (name == "KeepAlive" || name == "CloseSession" || name == "AllocBuffer" || name == "LoadProgram" ||
+           name == "Synchronize" || name == "BeginCapture" || name == "EndCapture"))
+        continue;  // these name no handle but the session
+      grpc::ClientContext ctx;
+      Authorize(ctx, "alice-token");
+      grpc::Status st = call(ctx, in_session);
+      EXPECT_EQ(st.error_code(), grpc::StatusCode::NOT_FOUND)
+          << name << (in_session == session ? " in erin's session: " : " in alice's session: ") << st.error_message();
     }
-    EXPECT_EQ(st.error_code(), grpc::StatusCode::NOT_FOUND) << rpc;
   }
-  EXPECT_TRUE(theirs->KeepAlive().ok()) << "carol's session is untouched";
-  (void)alice;
+
+  // Erin's objects are as she left them.
+  EXPECT_TRUE(theirs->KeepAlive().ok());
+  auto info = theirs->DescribeGraph(*graph);
+  ASSERT_TRUE(info.ok()) << info.status();
+  EXPECT_EQ(info->replays(), 0u) << "alice's replay did not run";
+  EXPECT_EQ((*theirs->ReadVector<float>(*a, 16)), std::vector<float>(16, 2.f)) << "alice's write did not land";
+  auto replayed = theirs->Replay(*graph, {&*a, &*out}, true, {View{&*out}});
+  ASSERT_TRUE(replayed.ok()) << replayed.status();
+  EXPECT_EQ((*theirs->ReadVector<float>(*out, 1))[0], 4.f);
+  EXPECT_TRUE(theirs->Launch(*program, add_args, {1, 1, 1}, {1, 1, 1}, true).ok());
+}
+
+TEST_F(TenancyTest, GraphCachesArePerTenantAndTheCompileCacheIsShared) {
+  struct Captured {
+    bool program_cache_hit = false;
+    bool graph_cache_hit = false;
+  };
+  // Sessions stay open: a closed session's instances leave its tenant's cache.
+  std::vector<Client> clients;
+  std::vector<Session> sessions;
+  auto capture = [&](const std::string& token) -> absl::StatusOr<Captured> {
+    clients.push_back(As(token));
+    auto s = clients.back().OpenSession("cpu:0");
+    if (!s.ok()) return s.status();
+    sessions.push_back(std::move(*s));
+    Session& session = sessions.back();
+    auto p = session.Load(AddSpec());
+    auto a = session.Alloc(64), out = session.Alloc(64);
+    if (!p.ok() || !a.ok() || !out.ok()) return absl::InternalError("setup failed");
+    if (absl::Status b = session.BeginCapture({&*a}, {}); !b.ok()) return b;
+    auto l = session.Launch(*p, {View{&*out}, View{&*a}, View{&*a}, int64_t{16}, int64_t{1}}, {1, 1, 1});
+    if (!l.ok()) return l.status();
+    auto g = session.EndCapture({&*out});
+    if (!g.ok()) return g.status();
+    return Captured{p->info().cache_hit(), g->info().cache_hit()};
+  };
+  auto alice_first = capture("alice-token");
+  auto erin_first = capture("erin-token");
+  auto alice_again = capture("alice-token");
+  ASSERT_TRUE(alice_first.ok() && erin_first.ok() && alice_again.ok());
+  EXPECT_FALSE(alice_first->graph_cache_hit);
+  EXPECT_TRUE(erin_first->program_cache_hit) << "the compile cache is shared: same key, same code";
+  EXPECT_FALSE(erin_first->graph_cache_hit) << "erin's graph cache does not hold alice's graph";
+  EXPECT_TRUE(alice_again->graph_cache_hit) << "alice's own cache does";
 }
 
 TEST_F(TenancyTest, AReloadRevokesATokenButKeepsOpenSessions) {
