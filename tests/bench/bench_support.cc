@@ -9,6 +9,8 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <grpcpp/grpcpp.h>
@@ -166,7 +168,66 @@ int BenchMain(int argc, char** argv, int (*bench)()) {
   return bench();
 }
 
-double MedianLatencyUs(int iterations, const std::function<bool(int)>& call) {
+absl::StatusOr<client::Graph> CaptureChain(client::Session& session, const client::Program& program,
+                                           const client::Buffer& x, int calls, int floats) {
+  const client::Variable pos{"pos", 1, 1 << 30, 1};
+  if (absl::Status s = session.BeginCapture({&x}, {pos}); !s.ok()) return s;
+  client::LaunchSpec spec;
+  spec.args = {client::View{&x}, int64_t{floats}, client::Expr{"pos"}};
+  spec.variables = {{pos, 1}};
+  for (int c = 0; c < calls; ++c)
+    if (absl::Status s = session.Launch(program, spec).status(); !s.ok()) return s;
+  return session.EndCapture({});
+}
+
+client::ClientOptions ChainSession::WideWindow() {
+  client::ClientOptions options;
+  options.stream_window = 256;
+  return options;
+}
+
+ChainSession ChainSession::Open(const std::string& address, int calls, int floats, client::ClientOptions options) {
+  auto fail = [](const absl::Status& s) {
+    std::fprintf(stderr, "opening a chain session: %s\n", s.ToString().c_str());
+    std::exit(1);
+  };
+  ChainSession c;
+  c.client = std::make_unique<client::Client>(client::Client::Connect(address, options));
+  auto session = c.client->OpenSession("cpu:0");
+  if (!session.ok()) fail(session.status());
+  c.session = std::make_unique<client::Session>(std::move(*session));
+  auto program = c.session->Load({"cpu-c", kChainKernel, "step", *client::ParseSignature("inout,int32,int32"), {}});
+  if (!program.ok()) fail(program.status());
+  c.program = std::make_unique<client::Program>(std::move(*program));
+  auto x = c.session->Alloc(uint64_t{kChainFloats} * 4);
+  if (!x.ok()) fail(x.status());
+  c.x = std::make_unique<client::Buffer>(std::move(*x));
+  auto g = CaptureChain(*c.session, *c.program, *c.x, calls, floats);
+  if (!g.ok()) fail(g.status());
+  c.graph = std::make_unique<client::Graph>(std::move(*g));
+  return c;
+}
+
+double ChainSession::Pipelined(int n) {
+  std::vector<std::future<absl::StatusOr<client::ReplayResult>>> futures;
+  futures.reserve(n);
+  auto start = std::chrono::steady_clock::now();
+  for (int i = 0; i < n; ++i) futures.push_back(session->ReplayAsync(*graph, {x.get(), int64_t{1 + i}}));
+  for (auto& f : futures)
+    if (!f.get().ok()) std::exit(1);
+  return n / std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
+bool ChainSession::Sequence(uint32_t count) {
+  client::SequenceSpec spec;
+  spec.base = {x.get(), int64_t{1}};
+  spec.step_param = 1;
+  spec.count = count;
+  auto r = session->ReplaySequence(*graph, spec);
+  return r.ok() && r->replays == count;
+}
+
+std::vector<double> LatenciesUs(int iterations, const std::function<bool(int)>& call) {
   std::vector<double> samples;
   samples.reserve(iterations);
   for (int i = 0; i < iterations; ++i) {
@@ -177,7 +238,11 @@ double MedianLatencyUs(int iterations, const std::function<bool(int)>& call) {
     }
     samples.push_back(std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - start).count());
   }
-  return Median(samples);
+  return samples;
+}
+
+double MedianLatencyUs(int iterations, const std::function<bool(int)>& call) {
+  return Median(LatenciesUs(iterations, call));
 }
 
 double Median(std::vector<double> values) {
@@ -185,6 +250,13 @@ double Median(std::vector<double> values) {
   size_t n = values.size();
   if (n == 0) return 0;
   return n % 2 ? values[n / 2] : (values[n / 2 - 1] + values[n / 2]) / 2;
+}
+
+double Quantile(std::vector<double> values, double q) {
+  if (values.empty()) return 0;
+  std::sort(values.begin(), values.end());
+  const size_t rank = static_cast<size_t>(std::ceil(q * static_cast<double>(values.size())));
+  return values[std::clamp<size_t>(rank, 1, values.size()) - 1];
 }
 
 std::vector<double> InterleavedMedians(const std::vector<std::function<double()>>& subjects,

@@ -6,13 +6,14 @@
 #include <sys/types.h>
 
 #include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
-#include <memory>
-
 #include "absl/flags/declare.h"
+#include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "client/client.h"
 #include "tests/support/free_port.h"
 
 // Flags every bench binary takes.
@@ -76,12 +77,39 @@ void step(float *x, int n, int pos) {
   for (int i = 0; i < n; ++i) x[i] = x[i] * 0.5f + (float)pos;
 })";
 
-// The median latency in microseconds of `iterations` calls of `call(i)`; exits the
-// process when a call fails.
+// The chain of `calls` calls of kChainKernel over `floats` floats, captured in `session`
+// over its buffer `x`, with the variable pos.
+absl::StatusOr<client::Graph> CaptureChain(client::Session& session, const client::Program& program,
+                                           const client::Buffer& x, int calls = kChainCalls,
+                                           int floats = kChainFloats);
+
+// One client with one session on cpu:0 holding the chain: its program, its buffer and
+// the captured graph. Open exits the process when any step fails.
+struct ChainSession {
+  std::unique_ptr<client::Client> client;
+  std::unique_ptr<client::Session> session;
+  std::unique_ptr<client::Program> program;
+  std::unique_ptr<client::Buffer> x;
+  std::unique_ptr<client::Graph> graph;
+
+  // A client whose stream window is wide (256) unless `options` say otherwise.
+  static ChainSession Open(const std::string& address, int calls = kChainCalls, int floats = kChainFloats,
+                           client::ClientOptions options = WideWindow());
+  static client::ClientOptions WideWindow();
+  // Replays/s with `n` replays queued without waiting.
+  double Pipelined(int n);
+  // One replay sequence of `count` replays with pos stepping from 1; false on failure.
+  bool Sequence(uint32_t count);
+};
+
+// The latencies in microseconds of `iterations` calls of `call(i)`; exits the process
+// when a call fails.
+std::vector<double> LatenciesUs(int iterations, const std::function<bool(int)>& call);
 double MedianLatencyUs(int iterations, const std::function<bool(int)>& call);
 
-// The median of `values`.
+// The median of `values`, and the `q`-quantile (0..1, nearest rank).
 double Median(std::vector<double> values);
+double Quantile(std::vector<double> values, double q);
 
 // Runs each of `subjects` `runs` times, interleaved (a b a b ...), and returns per
 // subject the median over runs of what each run returned.

@@ -35,60 +35,6 @@ constexpr int kCalls = kChainCalls, kFloats = kChainFloats;
 double Seconds(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
 
 
-// The chain of `calls` calls, captured in `session`, over its buffer `x`.
-absl::StatusOr<client::Graph> CaptureChain(client::Session& session, const client::Program& program,
-                                           const client::Buffer& x, int calls, int floats) {
-  const client::Variable pos{"pos", 1, 1 << 30, 1};
-  if (absl::Status s = session.BeginCapture({&x}, {pos}); !s.ok()) return s;
-  client::LaunchSpec spec;
-  spec.args = {client::View{&x}, int64_t{floats}, client::Expr{"pos"}};
-  spec.variables = {{pos, 1}};
-  for (int c = 0; c < calls; ++c)
-    if (absl::Status s = session.Launch(program, spec).status(); !s.ok()) return s;
-  return session.EndCapture({});
-}
-
-client::ClientOptions WideWindow() {
-  client::ClientOptions options;
-  options.stream_window = 256;
-  return options;
-}
-
-struct Client1 {
-  std::unique_ptr<client::Client> client;
-  std::unique_ptr<client::Session> session;
-  std::unique_ptr<client::Program> program;
-  std::unique_ptr<client::Buffer> x;
-  std::unique_ptr<client::Graph> graph;
-
-  static Client1 Open(const std::string& address, int calls = kCalls, int floats = kFloats) {
-    Client1 c;
-    c.client = std::make_unique<client::Client>(client::Client::Connect(address, WideWindow()));
-    c.session = std::make_unique<client::Session>(*c.client->OpenSession("cpu:0"));
-    c.program = std::make_unique<client::Program>(
-        *c.session->Load({"cpu-c", kChainKernel, "step", *client::ParseSignature("inout,int32,int32"), {}}));
-    c.x = std::make_unique<client::Buffer>(*c.session->Alloc(kFloats * 4));
-    auto g = CaptureChain(*c.session, *c.program, *c.x, calls, floats);
-    if (!g.ok()) {
-      std::fprintf(stderr, "%s\n", g.status().ToString().c_str());
-      std::exit(1);
-    }
-    c.graph = std::make_unique<client::Graph>(std::move(*g));
-    return c;
-  }
-
-  // Replays/s with `n` replays queued without waiting.
-  double Pipelined(int n) {
-    std::vector<std::future<absl::StatusOr<client::ReplayResult>>> futures;
-    futures.reserve(n);
-    auto start = Clock::now();
-    for (int i = 0; i < n; ++i) futures.push_back(session->ReplayAsync(*graph, {x.get(), int64_t{1 + i}}));
-    for (auto& f : futures)
-      if (!f.get().ok()) std::exit(1);
-    return n / Seconds(Clock::now() - start);
-  }
-};
-
 // The device-only rate: the same chain replayed in this process, no RPC.
 double InProcessReplaysPerSecond(int n, int runs) {
   char dir[] = "/tmp/replayd-bench-XXXXXX";
@@ -144,7 +90,7 @@ int Main() {
   auto baseline_stub = Baseline::NewStub(grpc::CreateChannel(baseline_addr, grpc::InsecureChannelCredentials()));
   grpc::ClientContext chat_context;
   auto chat = baseline_stub->Chat(&chat_context);
-  Client1 one = Client1::Open(daemon_addr);
+  ChainSession one = ChainSession::Open(daemon_addr);
   const std::vector<client::View> read = {client::View{one.x.get(), 0, 4096}};
 
   auto ping_pong = [&] {
@@ -179,10 +125,10 @@ int Main() {
     if (!r.ok() || r->replays != uint32_t(sequence_n)) std::exit(1);
     return sequence_n / Seconds(Clock::now() - start);
   };
-  Client1 tiny = Client1::Open(daemon_addr, 1, 1);
+  ChainSession tiny = ChainSession::Open(daemon_addr, 1, 1);
   auto tiny_pipelined = [&] { return tiny.Pipelined(iterations); };
-  std::vector<Client1> eight;
-  for (int c = 0; c < 8; ++c) eight.push_back(Client1::Open(daemon_addr));
+  std::vector<ChainSession> eight;
+  for (int c = 0; c < 8; ++c) eight.push_back(ChainSession::Open(daemon_addr));
   auto eight_pipelined = [&] {
     std::vector<std::thread> threads;
     const int each = std::max(1, iterations / 8);
