@@ -1,7 +1,7 @@
 // The device scheduler: work on one device (launches, replays, copies) takes a turn
-// before it runs, one turn at a time. Turns go to per-tenant queues by weighted deficit
-// round robin on measured device time (the time a turn is held), interactive before
-// batch (see DeficitRoundRobin). A session runs its operations one at a time, so its
+// before it runs, one turn at a time. Turns go to per-tenant queues by weighted fair
+// queueing on measured device time (the time a turn is held), interactive before batch
+// (see FairQueue). A session runs its operations one at a time, so its
 // order is kept; a tenant's queue is FIFO.
 //
 // A tenant whose waiting work items reach its `queued` quota is answered
@@ -21,13 +21,13 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
-#include "engine/deficit_round_robin.h"
+#include "engine/fair_queue.h"
 #include "engine/tenant.h"
 
 namespace replayd {
 
 struct SchedulerOptions {
-  absl::Duration quantum = absl::Microseconds(500);  // per round, times the weight
+  absl::Duration quantum = absl::Microseconds(500);  // banked while idle, times the weight
   absl::Duration batch_max_wait = absl::Milliseconds(20);
 };
 
@@ -68,6 +68,11 @@ class Scheduler {
   // of work admitted once, such as the replays of a sequence).
   absl::StatusOr<Turn> Acquire(Queue* queue, bool check_quota = true);
 
+  // Gives `turn` back and waits for the next turn of the same queue, as the next step of
+  // work admitted once (no quota check). Its queue is never empty in between, so a
+  // tenant running long work keeps its share even when it has a single session.
+  void Renew(Turn& turn);
+
   // Work items waiting now, over all tenants.
   size_t waiting() const;
 
@@ -77,7 +82,7 @@ class Scheduler {
   void Dispatch(int64_t now_ns) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   mutable absl::Mutex mu_;
-  DeficitRoundRobin drr_ ABSL_GUARDED_BY(mu_);
+  FairQueue fair_ ABSL_GUARDED_BY(mu_);
   bool busy_ ABSL_GUARDED_BY(mu_) = false;
   absl::flat_hash_map<const TenantAccount*, std::unique_ptr<Queue>> queues_ ABSL_GUARDED_BY(mu_);
 };

@@ -620,23 +620,30 @@ absl::StatusOr<SequenceResult> Session::ReplaySequence(const ReplaySequenceOp& o
   ReplayResult step_result;
   const size_t stepped = op.step_param - (stepping ? g.buffer_params().size() : 0);
   auto start = std::chrono::steady_clock::now();
+  // A turn per replay, so other tenants' work runs between the replays of a long
+  // sequence. Only the first is refused by a full queue: a sequence once admitted runs
+  // to its end. Between replays the turn is renewed, so the sequence waits in its queue
+  // with no gap; it is given back before reads go to the client.
+  std::optional<Scheduler::Turn> turn;
   for (uint64_t i = 0; i < count; ++i) {
     const bool report = op.stream_reads || i + 1 == count;
     const std::vector<uint64_t>& a = addresses[stepping ? 0 : i];
     std::vector<int64_t>& v = values[stepping ? 0 : i];
-    {
-      // A turn per replay, so other tenants' work runs between the replays of a long
-      // sequence. Only the first is refused by a full queue: a sequence once admitted
-      // runs to its end. The turn is given back before the reads go to the client.
-      absl::StatusOr<Scheduler::Turn> turn = env_.scheduler->Acquire(env_.queue, /*check_quota=*/i == 0);
-      if (!turn.ok()) return turn.status();
-      absl::StatusOr<std::optional<absl::Duration>> time = g.Replay(a, v, report && !reads.empty());
-      if (!time.ok()) return time.status();
-      ++result.replays;
-      if (stepping) v[stepped] += op.step;
-      if (!report) continue;
-      if (absl::Status s = TakeReads(reads, step_result.reads); !s.ok()) return s;
+    if (turn) {
+      env_.scheduler->Renew(*turn);
+    } else {
+      absl::StatusOr<Scheduler::Turn> acquired = env_.scheduler->Acquire(env_.queue, /*check_quota=*/i == 0);
+      if (!acquired.ok()) return acquired.status();
+      turn.emplace(std::move(*acquired));
     }
+    absl::StatusOr<std::optional<absl::Duration>> time = g.Replay(a, v, report && !reads.empty());
+    if (!time.ok()) return time.status();
+    ++result.replays;
+    if (stepping) v[stepped] += op.step;
+    if (!report) continue;
+    absl::Status taken = TakeReads(reads, step_result.reads);
+    turn.reset();
+    if (!taken.ok()) return taken;
     if (absl::Status s = on_replay(i, step_result); !s.ok()) return s;
   }
   if (absl::Status s = context_->Synchronize(); !s.ok()) return s;

@@ -37,7 +37,7 @@ ABSL_FLAG(std::string, tls_client_ca, "", "PEM CA: require client certificates i
 ABSL_FLAG(uint64_t, queue_limit, 1024,
           "work items a tenant may have waiting for a device when its quotas set no queued limit");
 ABSL_FLAG(absl::Duration, scheduler_quantum, absl::Microseconds(500),
-          "device time a tenant of weight 1 gets per scheduling round while tenants compete");
+          "device time a tenant of weight 1 may bank while idle, to spend ahead of the others when it returns");
 ABSL_FLAG(absl::Duration, batch_max_wait, absl::Milliseconds(20),
           "waiting batch work runs at least once per this interval, even under interactive load");
 ABSL_FLAG(int, shutdown_grace_seconds, 5, "time calls in flight get to finish at shutdown");
