@@ -23,8 +23,12 @@ Engine::Engine(EngineOptions options, std::vector<std::unique_ptr<Device>> devic
     : options_(std::move(options)),
       devices_(std::move(devices)),
       compile_cache_(std::move(cache)) {
-  for (size_t i = 0; i < devices_.size(); ++i)
-    schedulers_.push_back(std::make_unique<Scheduler>(options_.scheduler));
+  for (const auto& device : devices_) {
+    SchedulerOptions scheduler = options_.scheduler;
+    // On other devices the work runs off the CPU and the thread only waits for it.
+    scheduler.idle_batch_threads &= device->info().kind == DeviceKind::kCpu;
+    schedulers_.push_back(std::make_unique<Scheduler>(scheduler));
+  }
   reaper_ = std::thread([this] { ReaperMain(); });
 }
 

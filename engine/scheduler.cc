@@ -1,8 +1,15 @@
 #include "engine/scheduler.h"
 
+#include <pthread.h>
+#include <sched.h>
+
+#include <cerrno>
 #include <chrono>
+#include <cstring>
+#include <thread>
 
 #include "absl/strings/str_cat.h"
+#include "spdlog/spdlog.h"
 
 namespace replayd {
 namespace {
@@ -10,6 +17,35 @@ namespace {
 int64_t NowNs() {
   return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
       .count();
+}
+
+// Interactive work this recent makes batch turns lower their thread.
+constexpr int64_t kInteractiveRecentNs = 1'000'000'000;
+
+bool SetThreadPolicy(int policy) {
+  sched_param param{};
+  return pthread_setschedparam(pthread_self(), policy, &param) == 0;
+}
+
+// Whether a thread may go to SCHED_IDLE and come back; tried once, on a thread of its own.
+bool IdleThreadsPermitted() {
+  static const bool permitted = [] {
+    bool ok = false;
+    int error = 0;
+    std::thread probe([&] {
+      ok = SetThreadPolicy(SCHED_IDLE);
+      if (ok) ok = SetThreadPolicy(SCHED_OTHER);
+      if (!ok) error = errno;
+    });
+    probe.join();
+    if (!ok)
+      spdlog::warn(
+          "batch turns keep their thread priority: a thread may not return from SCHED_IDLE here ({}); "
+          "run with CAP_SYS_NICE for interactive latency under batch load",
+          std::strerror(error));
+    return ok;
+  }();
+  return permitted;
 }
 
 struct Waiter : FairQueue::Item {
@@ -27,16 +63,17 @@ class Scheduler::Queue : public FairQueue::Queue {
 };
 
 Scheduler::Turn::Turn(Turn&& other) noexcept
-    : scheduler_(other.scheduler_), queue_(other.queue_), start_ns_(other.start_ns_) {
+    : scheduler_(other.scheduler_), queue_(other.queue_), start_ns_(other.start_ns_), idle_(other.idle_) {
   other.scheduler_ = nullptr;
 }
 
 Scheduler::Turn::~Turn() {
-  if (scheduler_) scheduler_->Release(queue_, start_ns_);
+  if (scheduler_) scheduler_->Release(*this);
 }
 
 Scheduler::Scheduler(SchedulerOptions options)
-    : fair_({absl::ToInt64Nanoseconds(options.quantum), absl::ToInt64Nanoseconds(options.batch_max_wait)}) {}
+    : idle_batch_threads_(options.idle_batch_threads && IdleThreadsPermitted()),
+      fair_({absl::ToInt64Nanoseconds(options.quantum), absl::ToInt64Nanoseconds(options.batch_max_wait)}) {}
 
 Scheduler::~Scheduler() = default;
 
@@ -56,28 +93,35 @@ void Scheduler::SetShare(Queue* queue, const TenantLimits& limits) {
 }
 
 absl::StatusOr<Scheduler::Turn> Scheduler::Acquire(Queue* queue, bool check_quota) {
-  absl::MutexLock lock(&mu_);
-  if (!busy_ && fair_.waiting() == 0) {
-    // Uncontended: still through the policy, so the turn counts in its virtual time.
-    FairQueue::Item item;
+  bool lower;
+  {
+    absl::MutexLock lock(&mu_);
     const int64_t now = NowNs();
-    FairQueue::Queue* from = nullptr;
-    fair_.Push(queue, &item, now);
-    fair_.Pop(now, &from);
-    busy_ = true;
-    return Turn(this, queue, now);
-  }
-  if (check_quota) {
-    if (absl::Status s = queue->account->Reserve(Resource::kQueued, 1); !s.ok()) {
-      queue->account->CountRejected();
-      return absl::ResourceExhaustedError(absl::StrCat(s.message(), " (the device queue is full)"));
+    if (queue->priority == Priority::kInteractive) last_interactive_ns_ = now;
+    if (!busy_ && fair_.waiting() == 0) {
+      // Uncontended: still through the policy, so the turn counts in its virtual time.
+      FairQueue::Item item;
+      FairQueue::Queue* from = nullptr;
+      fair_.Push(queue, &item, now);
+      fair_.Pop(now, &from);
+      busy_ = true;
+    } else {
+      if (check_quota) {
+        if (absl::Status s = queue->account->Reserve(Resource::kQueued, 1); !s.ok()) {
+          queue->account->CountRejected();
+          return absl::ResourceExhaustedError(absl::StrCat(s.message(), " (the device queue is full)"));
+        }
+      }
+      Waiter waiter;
+      waiter.counted = check_quota;
+      fair_.Push(queue, &waiter, now);
+      while (!waiter.granted) waiter.granted_cv.Wait(&mu_);
     }
+    lower = ShouldIdle(queue, NowNs());
   }
-  Waiter waiter;
-  waiter.counted = check_quota;
-  fair_.Push(queue, &waiter, NowNs());
-  while (!waiter.granted) waiter.granted_cv.Wait(&mu_);
-  return Turn(this, queue, NowNs());
+  Turn turn(this, queue, NowNs(), false);
+  Lower(turn, lower);
+  return turn;
 }
 
 void Scheduler::Renew(Turn& turn) {
@@ -87,18 +131,35 @@ void Scheduler::Renew(Turn& turn) {
   queue->account->AddDeviceTime(cost);
   Waiter waiter;
   waiter.counted = false;
-  absl::MutexLock lock(&mu_);
-  fair_.Charge(queue, cost);
-  fair_.Push(queue, &waiter, now);
-  busy_ = false;
-  Dispatch(now);  // may be this waiter: then the turn goes on with no hand-over
-  while (!waiter.granted) waiter.granted_cv.Wait(&mu_);
+  bool lower;
+  {
+    absl::MutexLock lock(&mu_);
+    fair_.Charge(queue, cost);
+    fair_.Push(queue, &waiter, now);
+    busy_ = false;
+    Dispatch(now);  // may be this waiter: then the turn goes on with no hand-over
+    while (!waiter.granted) waiter.granted_cv.Wait(&mu_);
+    lower = !turn.idle_ && ShouldIdle(queue, NowNs());
+  }
+  Lower(turn, lower);
   turn.start_ns_ = NowNs();
 }
 
-void Scheduler::Release(Queue* queue, int64_t start_ns) {
+bool Scheduler::ShouldIdle(const Queue* queue, int64_t now_ns) const {
+  return idle_batch_threads_ && queue->priority == Priority::kBatch &&
+         now_ns - last_interactive_ns_ < kInteractiveRecentNs;
+}
+
+void Scheduler::Lower(Turn& turn, bool lower) {
+  if (lower) turn.idle_ = SetThreadPolicy(SCHED_IDLE);
+}
+
+void Scheduler::Release(Turn& turn) {
+  if (turn.idle_ && !SetThreadPolicy(SCHED_OTHER))
+    spdlog::error("a thread could not return from SCHED_IDLE: {}", std::strerror(errno));
+  Queue* queue = turn.queue_;
   const int64_t now = NowNs();
-  const int64_t cost = now - start_ns;
+  const int64_t cost = now - turn.start_ns_;
   queue->account->AddDeviceTime(cost);
   absl::MutexLock lock(&mu_);
   fair_.Charge(queue, cost);

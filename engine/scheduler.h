@@ -10,6 +10,14 @@
 // An uncontended turn is a lock, a queue push and pop and a clock read; nothing is
 // allocated.
 //
+// With `idle_batch_threads`, a batch turn taken while interactive work has come in the
+// last second runs its thread at SCHED_IDLE until the turn is released (kept across
+// Renew: a switch costs a few microseconds). For a CPU device the device is the daemon's
+// own cores, and the thread that holds a batch turn would otherwise delay an interactive
+// request's thread by the kernel's time slice before it even reaches the queue. Needs
+// the right to return a thread to SCHED_OTHER (root or CAP_SYS_NICE, or an RLIMIT_NICE
+// of 20): checked once, and without it the option is off and says so once in the log.
+//
 // Thread safety: thread-safe.
 #ifndef REPLAYD_ENGINE_SCHEDULER_H_
 #define REPLAYD_ENGINE_SCHEDULER_H_
@@ -29,6 +37,7 @@ namespace replayd {
 struct SchedulerOptions {
   absl::Duration quantum = absl::Microseconds(500);  // banked while idle, times the weight
   absl::Duration batch_max_wait = absl::Milliseconds(20);
+  bool idle_batch_threads = false;  // see above; for CPU devices
 };
 
 class Scheduler {
@@ -45,11 +54,12 @@ class Scheduler {
 
    private:
     friend class Scheduler;
-    Turn(Scheduler* scheduler, Queue* queue, int64_t start_ns)
-        : scheduler_(scheduler), queue_(queue), start_ns_(start_ns) {}
+    Turn(Scheduler* scheduler, Queue* queue, int64_t start_ns, bool idle)
+        : scheduler_(scheduler), queue_(queue), start_ns_(start_ns), idle_(idle) {}
     Scheduler* scheduler_;
     Queue* queue_;
     int64_t start_ns_;
+    bool idle_;  // its thread runs at SCHED_IDLE
   };
 
   explicit Scheduler(SchedulerOptions options);
@@ -76,12 +86,21 @@ class Scheduler {
   // Work items waiting now, over all tenants.
   size_t waiting() const;
 
+  // Whether batch turns lower their thread (the option, where permitted).
+  bool idle_batch_threads() const { return idle_batch_threads_; }
+
  private:
-  void Release(Queue* queue, int64_t start_ns);
+  void Release(Turn& turn);
+  // Whether a turn of `queue` granted now should run its thread at SCHED_IDLE.
+  bool ShouldIdle(const Queue* queue, int64_t now_ns) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Lowers the calling thread for `turn`, if `lower`.
+  static void Lower(Turn& turn, bool lower);
   // Grants the next turn, if any waits. Requires the device to be free.
   void Dispatch(int64_t now_ns) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
+  const bool idle_batch_threads_;
   mutable absl::Mutex mu_;
+  int64_t last_interactive_ns_ ABSL_GUARDED_BY(mu_) = INT64_MIN / 2;  // an interactive Acquire
   FairQueue fair_ ABSL_GUARDED_BY(mu_);
   bool busy_ ABSL_GUARDED_BY(mu_) = false;
   absl::flat_hash_map<const TenantAccount*, std::unique_ptr<Queue>> queues_ ABSL_GUARDED_BY(mu_);

@@ -40,6 +40,9 @@ ABSL_FLAG(absl::Duration, scheduler_quantum, absl::Microseconds(500),
           "device time a tenant of weight 1 may bank while idle, to spend ahead of the others when it returns");
 ABSL_FLAG(absl::Duration, batch_max_wait, absl::Milliseconds(20),
           "waiting batch work runs at least once per this interval, even under interactive load");
+ABSL_FLAG(bool, cpu_batch_idle, true,
+          "on CPU devices, batch turns run their thread at SCHED_IDLE while interactive work is about, so "
+          "interactive requests get the CPU at once (needs CAP_SYS_NICE; off with a warning without it)");
 ABSL_FLAG(int, shutdown_grace_seconds, 5, "time calls in flight get to finish at shutdown");
 
 namespace {
@@ -103,6 +106,7 @@ int main(int argc, char** argv) {
   options.engine.queue_limit = absl::GetFlag(FLAGS_queue_limit);
   options.engine.scheduler.quantum = absl::GetFlag(FLAGS_scheduler_quantum);
   options.engine.scheduler.batch_max_wait = absl::GetFlag(FLAGS_batch_max_wait);
+  options.engine.scheduler.idle_batch_threads = absl::GetFlag(FLAGS_cpu_batch_idle);
 
   options.tenants_file = absl::GetFlag(FLAGS_tenants);
   options.tls_cert = absl::GetFlag(FLAGS_tls_cert);

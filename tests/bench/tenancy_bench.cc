@@ -8,7 +8,10 @@
 //   - latency: an interactive tenant (priority class interactive) replays the chain with
 //     wait, one replay at a time, on an idle device and while a batch tenant saturates it;
 //     the loaded p99 against the idle p99 (target: at most 2x). The same replays from a
-//     batch-class tenant of equal weight under the same load show what the class buys.
+//     batch-class tenant of equal weight under the same load show what the class buys
+//     (measured right after the interactive ones, so the load's threads are still
+//     lowered; see --cpu_batch_idle). Then the same against a daemon started with
+//     --cpu_batch_idle=false, where only the queue order separates the classes.
 //
 //   replayd_tenancy_bench [--runs=7] [--window=3s] [--sessions=3] [--iterations=2000]
 #include <atomic>
@@ -52,7 +55,8 @@ client::ClientOptions As(const std::string& token) {
 class Load {
  public:
   Load(const std::string& address, const std::string& token, int sessions) {
-    for (int i = 0; i < sessions; ++i) sessions_.push_back(ChainSession::Open(address, kChainCalls, kChainFloats, As(token)));
+    for (int i = 0; i < sessions; ++i)
+      sessions_.push_back(ChainSession::Open(address, kChainCalls, kChainFloats, As(token)));
   }
   ~Load() { Stop(); }
   void Start() {
@@ -101,6 +105,36 @@ Latency Measure(ChainSession& c, int iterations) {
   return {Median(us), Quantile(us, 0.99)};
 }
 
+struct Latencies {
+  std::vector<double> idle_p50, idle_p99, loaded_p50, loaded_p99, peer_p50, peer_p99;
+};
+
+// --runs of: the interactive tenant on an idle device, then it and the batch-class peer
+// while the batch tenant saturates the device.
+Latencies MeasureLatencies(const std::string& address, int runs, int iterations, int sessions) {
+  ChainSession interactive = ChainSession::Open(address, kChainCalls, kChainFloats, As("interactive-token"));
+  ChainSession peer = ChainSession::Open(address, kChainCalls, kChainFloats, As("peer-token"));
+  Load batch(address, "batch-token", sessions);
+  (void)Measure(interactive, 200);
+  (void)Measure(peer, 200);
+  Latencies out;
+  for (int r = 0; r < runs; ++r) {
+    Latency idle = Measure(interactive, iterations);
+    batch.Start();
+    absl::SleepFor(absl::Milliseconds(100));
+    Latency loaded = Measure(interactive, iterations);
+    Latency same_class = Measure(peer, iterations);
+    batch.Stop();
+    out.idle_p50.push_back(idle.p50);
+    out.idle_p99.push_back(idle.p99);
+    out.loaded_p50.push_back(loaded.p50);
+    out.loaded_p99.push_back(loaded.p99);
+    out.peer_p50.push_back(same_class.p50);
+    out.peer_p99.push_back(same_class.p99);
+  }
+  return out;
+}
+
 int Main() {
   const int runs = absl::GetFlag(FLAGS_runs), iterations = absl::GetFlag(FLAGS_iterations);
   const int sessions = absl::GetFlag(FLAGS_sessions);
@@ -134,26 +168,11 @@ int Main() {
   }
 
   // Latency.
+  Latencies latency = MeasureLatencies(address, runs, iterations, sessions);
+  std::unique_ptr<BenchServers> plain = StartServers({"--tenants=" + tenants.string(), "--cpu_batch_idle=false"});
+  Latencies plain_latency = MeasureLatencies(plain->daemon_address, runs, iterations, sessions);
+  plain.reset();
   ChainSession interactive = ChainSession::Open(address, kChainCalls, kChainFloats, As("interactive-token"));
-  ChainSession peer = ChainSession::Open(address, kChainCalls, kChainFloats, As("peer-token"));
-  Load batch(address, "batch-token", sessions);
-  (void)Measure(interactive, 200);
-  (void)Measure(peer, 200);
-  std::vector<double> idle_p50, idle_p99, loaded_p50, loaded_p99, peer_p50, peer_p99;
-  for (int r = 0; r < runs; ++r) {
-    Latency idle = Measure(interactive, iterations);
-    batch.Start();
-    absl::SleepFor(absl::Milliseconds(100));
-    Latency loaded = Measure(interactive, iterations);
-    Latency same_class = Measure(peer, iterations);
-    batch.Stop();
-    idle_p50.push_back(idle.p50);
-    idle_p99.push_back(idle.p99);
-    loaded_p50.push_back(loaded.p50);
-    loaded_p99.push_back(loaded.p99);
-    peer_p50.push_back(same_class.p50);
-    peer_p99.push_back(same_class.p99);
-  }
   auto device = interactive.session->Replay(*interactive.graph, {interactive.x.get(), int64_t{1}}, true);
 
   std::printf("replayd tenancy benchmarks: the %d-kernel chain over %d floats, saturating cpu:0 with %d sessions\n",
@@ -167,12 +186,16 @@ int Main() {
   std::printf("  ratio %.3f (target 3.0 within 10%%; runs %.3f .. %.3f), device busy %.0f%% of the window\n\n",
               Median(ratios), Quantile(ratios, 0), Quantile(ratios, 1), 100 * Median(utilization));
   std::printf("%-52s %10s %10s %8s  %s\n", "replay with wait, one at a time", "p50", "p99", "p99/idle", "target");
-  const double idle99 = Median(idle_p99);
-  std::printf("%-52s %7.1f us %7.1f us %7.2fx\n", "interactive tenant, idle device", Median(idle_p50), idle99, 1.0);
-  std::printf("%-52s %7.1f us %7.1f us %7.2fx  <= 2x\n", "interactive tenant, batch tenant saturating",
-              Median(loaded_p50), Median(loaded_p99), Median(loaded_p99) / idle99);
-  std::printf("%-52s %7.1f us %7.1f us %7.2fx\n", "batch-class tenant, batch tenant saturating", Median(peer_p50),
-              Median(peer_p99), Median(peer_p99) / idle99);
+  const double idle99 = Median(latency.idle_p99);
+  auto row = [&](const char* name, const std::vector<double>& p50, const std::vector<double>& p99, const char* target) {
+    std::printf("%-52s %7.1f us %7.1f us %7.2fx  %s\n", name, Median(p50), Median(p99), Median(p99) / idle99, target);
+  };
+  row("interactive tenant, idle device", latency.idle_p50, latency.idle_p99, "");
+  row("interactive tenant, batch tenant saturating", latency.loaded_p50, latency.loaded_p99, "<= 2x");
+  row("batch-class tenant, batch tenant saturating", latency.peer_p50, latency.peer_p99, "");
+  std::printf("with --cpu_batch_idle=false (batch turns keep their thread priority):\n");
+  row("  interactive tenant, idle device", plain_latency.idle_p50, plain_latency.idle_p99, "");
+  row("  interactive tenant, batch tenant saturating", plain_latency.loaded_p50, plain_latency.loaded_p99, "");
   std::error_code ec;
   std::filesystem::remove_all(tenants_dir, ec);
   return 0;

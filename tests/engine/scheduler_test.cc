@@ -2,6 +2,8 @@
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <pthread.h>
+#include <sched.h>
 
 #include <atomic>
 #include <thread>
@@ -21,6 +23,13 @@ void WaitForQueued(const TenantAccount& account, uint64_t n) {
   while (account.usage().used[static_cast<size_t>(Resource::kQueued)] != n) std::this_thread::yield();
 }
 
+int ThreadPolicy() {
+  int policy = -1;
+  sched_param param{};
+  pthread_getschedparam(pthread_self(), &policy, &param);
+  return policy;
+}
+
 TEST(SchedulerTest, OneTurnAtATime) {
   Scheduler scheduler({});
   TenantAccount a("a", QueuedQuota(100)), b("b", QueuedQuota(100));
@@ -35,7 +44,8 @@ TEST(SchedulerTest, OneTurnAtATime) {
         ASSERT_TRUE(turn.ok()) << turn.status();
         int now = ++holders;
         int seen = most.load();
-        while (now > seen && !most.compare_exchange_weak(seen, now)) {}
+        while (now > seen && !most.compare_exchange_weak(seen, now)) {
+        }
         --holders;
       }
     });
@@ -111,6 +121,47 @@ TEST(SchedulerTest, InteractiveWaitersGoBeforeBatchWaiters) {
   tb.join();
   ti.join();
   EXPECT_EQ(order, (std::vector<std::string>{"interactive", "batch"}));
+}
+
+TEST(SchedulerTest, BatchTurnsRunTheirThreadAtIdlePriorityOnlyWhileInteractiveWorkIsAbout) {
+  Scheduler scheduler({absl::Microseconds(500), absl::Milliseconds(20), /*idle_batch_threads=*/true});
+  if (!scheduler.idle_batch_threads()) GTEST_SKIP() << "this process may not return a thread from SCHED_IDLE";
+  TenantAccount batch("batch", QueuedQuota(10)), interactive("interactive", QueuedQuota(10));
+  Scheduler::Queue* qb = scheduler.QueueFor(&batch, {});
+  Scheduler::Queue* qi = scheduler.QueueFor(&interactive, {{}, 1, Priority::kInteractive});
+  std::thread([&] {
+    {
+      // No interactive work yet: a batch turn keeps its thread as it was.
+      absl::StatusOr<Scheduler::Turn> turn = scheduler.Acquire(qb);
+      ASSERT_TRUE(turn.ok());
+      EXPECT_EQ(ThreadPolicy(), SCHED_OTHER);
+    }
+    {
+      absl::StatusOr<Scheduler::Turn> turn = scheduler.Acquire(qi);
+      ASSERT_TRUE(turn.ok());
+      EXPECT_EQ(ThreadPolicy(), SCHED_OTHER);  // interactive turns are never lowered
+    }
+    {
+      absl::StatusOr<Scheduler::Turn> turn = scheduler.Acquire(qb);
+      ASSERT_TRUE(turn.ok());
+      EXPECT_EQ(ThreadPolicy(), SCHED_IDLE);
+      scheduler.Renew(*turn);
+      EXPECT_EQ(ThreadPolicy(), SCHED_IDLE);  // kept across the steps of one piece of work
+    }
+    EXPECT_EQ(ThreadPolicy(), SCHED_OTHER);  // restored when the turn is released
+  }).join();
+}
+
+TEST(SchedulerTest, WithoutTheOptionNoTurnChangesItsThread) {
+  Scheduler scheduler({absl::Microseconds(500), absl::Milliseconds(20), /*idle_batch_threads=*/false});
+  EXPECT_FALSE(scheduler.idle_batch_threads());
+  TenantAccount batch("batch", QueuedQuota(10)), interactive("interactive", QueuedQuota(10));
+  Scheduler::Queue* qb = scheduler.QueueFor(&batch, {});
+  Scheduler::Queue* qi = scheduler.QueueFor(&interactive, {{}, 1, Priority::kInteractive});
+  { absl::StatusOr<Scheduler::Turn> turn = scheduler.Acquire(qi); }
+  absl::StatusOr<Scheduler::Turn> turn = scheduler.Acquire(qb);
+  ASSERT_TRUE(turn.ok());
+  EXPECT_EQ(ThreadPolicy(), SCHED_OTHER);
 }
 
 }  // namespace
