@@ -117,7 +117,7 @@ absl::StatusOr<Scheduler::Turn> Scheduler::Acquire(Queue* queue, bool check_quot
       fair_.Push(queue, &waiter, now);
       while (!waiter.granted) waiter.granted_cv.Wait(&mu_);
     }
-    lower = ShouldIdle(queue, NowNs());
+    lower = ShouldIdle(queue, now);  // as of the request: recency needs no finer clock
   }
   Turn turn(this, queue, NowNs(), false);
   Lower(turn, lower);
@@ -139,7 +139,7 @@ void Scheduler::Renew(Turn& turn) {
     busy_ = false;
     Dispatch(now);  // may be this waiter: then the turn goes on with no hand-over
     while (!waiter.granted) waiter.granted_cv.Wait(&mu_);
-    lower = !turn.idle_ && ShouldIdle(queue, NowNs());
+    lower = !turn.idle_ && ShouldIdle(queue, now);
   }
   Lower(turn, lower);
   turn.start_ns_ = NowNs();

@@ -106,8 +106,18 @@ Latency Measure(ChainSession& c, int iterations) {
 }
 
 struct Latencies {
-  std::vector<double> idle_p50, idle_p99, loaded_p50, loaded_p99, peer_p50, peer_p99;
+  std::vector<Latency> idle, loaded, peer;  // one per run
 };
+
+// The medians over runs of each quantile.
+Latency Medians(const std::vector<Latency>& runs) {
+  std::vector<double> p50, p99;
+  for (const Latency& l : runs) {
+    p50.push_back(l.p50);
+    p99.push_back(l.p99);
+  }
+  return {Median(p50), Median(p99)};
+}
 
 // --runs of: the interactive tenant on an idle device, then it and the batch-class peer
 // while the batch tenant saturates the device.
@@ -119,18 +129,12 @@ Latencies MeasureLatencies(const std::string& address, int runs, int iterations,
   (void)Measure(peer, 200);
   Latencies out;
   for (int r = 0; r < runs; ++r) {
-    Latency idle = Measure(interactive, iterations);
+    out.idle.push_back(Measure(interactive, iterations));
     batch.Start();
     absl::SleepFor(absl::Milliseconds(100));
-    Latency loaded = Measure(interactive, iterations);
-    Latency same_class = Measure(peer, iterations);
+    out.loaded.push_back(Measure(interactive, iterations));
+    out.peer.push_back(Measure(peer, iterations));
     batch.Stop();
-    out.idle_p50.push_back(idle.p50);
-    out.idle_p99.push_back(idle.p99);
-    out.loaded_p50.push_back(loaded.p50);
-    out.loaded_p99.push_back(loaded.p99);
-    out.peer_p50.push_back(same_class.p50);
-    out.peer_p99.push_back(same_class.p99);
   }
   return out;
 }
@@ -186,16 +190,17 @@ int Main() {
   std::printf("  ratio %.3f (target 3.0 within 10%%; runs %.3f .. %.3f), device busy %.0f%% of the window\n\n",
               Median(ratios), Quantile(ratios, 0), Quantile(ratios, 1), 100 * Median(utilization));
   std::printf("%-52s %10s %10s %8s  %s\n", "replay with wait, one at a time", "p50", "p99", "p99/idle", "target");
-  const double idle99 = Median(latency.idle_p99);
-  auto row = [&](const char* name, const std::vector<double>& p50, const std::vector<double>& p99, const char* target) {
-    std::printf("%-52s %7.1f us %7.1f us %7.2fx  %s\n", name, Median(p50), Median(p99), Median(p99) / idle99, target);
+  const double idle99 = Medians(latency.idle).p99;
+  auto row = [&](const char* name, const std::vector<Latency>& runs, const char* target) {
+    const Latency m = Medians(runs);
+    std::printf("%-52s %7.1f us %7.1f us %7.2fx  %s\n", name, m.p50, m.p99, m.p99 / idle99, target);
   };
-  row("interactive tenant, idle device", latency.idle_p50, latency.idle_p99, "");
-  row("interactive tenant, batch tenant saturating", latency.loaded_p50, latency.loaded_p99, "<= 2x");
-  row("batch-class tenant, batch tenant saturating", latency.peer_p50, latency.peer_p99, "");
+  row("interactive tenant, idle device", latency.idle, "");
+  row("interactive tenant, batch tenant saturating", latency.loaded, "<= 2x");
+  row("batch-class tenant, batch tenant saturating", latency.peer, "");
   std::printf("with --cpu_batch_idle=false (batch turns keep their thread priority):\n");
-  row("  interactive tenant, idle device", plain_latency.idle_p50, plain_latency.idle_p99, "");
-  row("  interactive tenant, batch tenant saturating", plain_latency.loaded_p50, plain_latency.loaded_p99, "");
+  row("  interactive tenant, idle device", plain_latency.idle, "");
+  row("  interactive tenant, batch tenant saturating", plain_latency.loaded, "");
   std::error_code ec;
   std::filesystem::remove_all(tenants_dir, ec);
   return 0;

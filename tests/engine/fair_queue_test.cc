@@ -43,13 +43,18 @@ std::vector<int64_t> Serve(FairQueue& fq, std::vector<FairQueue::Queue>& queues,
   return got;
 }
 
+// Batch queues of `weights`, in `fq`.
+std::vector<FairQueue::Queue> BatchQueues(FairQueue& fq, const std::vector<uint32_t>& weights) {
+  std::vector<FairQueue::Queue> queues(weights.size());
+  for (size_t i = 0; i < weights.size(); ++i) fq.SetShare(&queues[i], weights[i], Priority::kBatch, 0);
+  return queues;
+}
+
 double Ratio(const std::vector<int64_t>& got) { return static_cast<double>(got[1]) / static_cast<double>(got[0]); }
 
 TEST(FairQueueTest, BackloggedQueuesGetDeviceTimeInProportionToTheirWeights) {
   FairQueue fq({kQuantum, int64_t{1} << 60});
-  std::vector<FairQueue::Queue> queues(2);
-  fq.SetShare(&queues[0], 1, Priority::kBatch, 0);
-  fq.SetShare(&queues[1], 3, Priority::kBatch, 0);
+  std::vector<FairQueue::Queue> queues = BatchQueues(fq, {1, 3});
   int64_t now = 0;
   // Different item costs: the light tenant's items cost 7x the heavy one's.
   std::vector<int64_t> got = Serve(
@@ -61,9 +66,7 @@ TEST(FairQueueTest, QueuesThatEmptyBetweenTheirItemsStillShareByWeight) {
   // Two sessions per tenant with one item each, and a session's next item arrives only
   // after the next pick: a tenant's queue is often empty when the device is given out.
   FairQueue fq({kQuantum, int64_t{1} << 60});
-  std::vector<FairQueue::Queue> queues(2);
-  fq.SetShare(&queues[0], 1, Priority::kBatch, 0);
-  fq.SetShare(&queues[1], 3, Priority::kBatch, 0);
+  std::vector<FairQueue::Queue> queues = BatchQueues(fq, {1, 3});
   int64_t now = 0;
   std::vector<int64_t> got = Serve(
       fq, queues, 40000, [](size_t) { return 50; }, &now, 2, true);
@@ -72,8 +75,7 @@ TEST(FairQueueTest, QueuesThatEmptyBetweenTheirItemsStillShareByWeight) {
 
 TEST(FairQueueTest, ItemsLongerThanAQuantumStillShareByWeight) {
   FairQueue fq({kQuantum, int64_t{1} << 60});
-  std::vector<FairQueue::Queue> queues(3);
-  for (uint32_t i = 0; i < 3; ++i) fq.SetShare(&queues[i], i + 1, Priority::kBatch, 0);
+  std::vector<FairQueue::Queue> queues = BatchQueues(fq, {1, 2, 3});
   int64_t now = 0;
   std::vector<int64_t> got = Serve(
       fq, queues, 30000, [](size_t i) { return 50'000 + 1000 * int64_t(i); }, &now);
