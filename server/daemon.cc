@@ -40,18 +40,33 @@ absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> ServerCredentials(const
   return grpc::SslServerCredentials(ssl);
 }
 
+// The devices of one kind; a kind whose vendor library or hardware is missing gives
+// none and says why, once.
+absl::StatusOr<std::vector<std::unique_ptr<Device>>> DiscoverDevices(const std::string& kind,
+                                                                     const DaemonOptions& options) {
+  if (kind == "cpu") return CpuDriver(options.cpu).Discover();
+#ifdef REPLAYD_WITH_CUDA
+  if (kind == "cuda") {
+    CudaDriver driver(options.cuda);
+    std::vector<std::unique_ptr<Device>> devices = driver.Discover();
+    if (devices.empty()) spdlog::warn("cuda: no devices: {}", driver.unavailable());
+    return devices;
+  }
+#endif
+  return absl::InvalidArgumentError(
+      absl::StrCat("device kind \"", kind, "\" is not supported by this build (known: ", kKnownDeviceKinds, ")"));
+}
+
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(DaemonOptions options) {
   std::vector<std::unique_ptr<Device>> devices;
   for (const std::string& kind : options.devices) {
-    if (kind != "cpu")
-      return absl::InvalidArgumentError(
-          absl::StrCat("device kind \"", kind, "\" is not supported by this build (known: cpu)"));
-    CpuDriver driver(options.cpu);
-    for (auto& d : driver.Discover()) {
-      spdlog::info("device {}: {} ({} bytes, {})", d->info().id, d->info().name,
-                   d->info().total_memory, d->info().driver_version);
+    absl::StatusOr<std::vector<std::unique_ptr<Device>>> found = DiscoverDevices(kind, options);
+    if (!found.ok()) return found.status();
+    for (auto& d : *found) {
+      spdlog::info("device {}: {} ({} bytes, {})", d->info().id, d->info().name, d->info().total_memory,
+                   d->info().driver_version);
       devices.push_back(std::move(d));
     }
   }
@@ -64,8 +79,7 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(DaemonOptions options) {
     daemon->auth_ = std::move(*auth);
     spdlog::info("tenants: {} from {}", daemon->auth_->tenant_count(), options.tenants_file.string());
   }
-  absl::StatusOr<std::unique_ptr<Engine>> engine =
-      Engine::Create(options.engine, std::move(devices));
+  absl::StatusOr<std::unique_ptr<Engine>> engine = Engine::Create(options.engine, std::move(devices));
   if (!engine.ok()) return engine.status();
   daemon->engine_ = std::move(*engine);
   daemon->engine_->ConfigureTenants(daemon->auth_->configs());
@@ -84,8 +98,7 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(DaemonOptions options) {
   builder.SetMaxReceiveMessageSize(20 << 20);
   builder.SetMaxSendMessageSize(20 << 20);
   daemon->server_ = builder.BuildAndStart();
-  if (!daemon->server_ || port == 0)
-    return absl::UnavailableError(absl::StrCat("cannot listen on ", options.listen));
+  if (!daemon->server_ || port == 0) return absl::UnavailableError(absl::StrCat("cannot listen on ", options.listen));
   std::string host = options.listen.substr(0, options.listen.rfind(':'));
   daemon->address_ = absl::StrCat(host, ":", port);
   spdlog::info("listening on {}", daemon->address_);

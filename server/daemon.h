@@ -12,6 +12,9 @@
 
 #include "absl/status/statusor.h"
 #include "drivers/cpu/cpu_driver.h"
+#ifdef REPLAYD_WITH_CUDA
+#include "drivers/cuda/cuda_driver.h"
+#endif
 #include "engine/engine.h"
 #include "server/admin_service.h"
 #include "server/authenticator.h"
@@ -19,12 +22,23 @@
 
 namespace replayd {
 
+// The device kinds this build can serve, comma-separated.
+#ifdef REPLAYD_WITH_CUDA
+inline constexpr char kKnownDeviceKinds[] = "cpu,cuda";
+#else
+inline constexpr char kKnownDeviceKinds[] = "cpu";
+#endif
+
 struct DaemonOptions {
   std::string listen = "127.0.0.1:7070";  // host:port; port 0 picks a free one
-  std::vector<std::string> devices = {"cpu"};  // driver kinds to start
+  // Driver kinds to start. A kind without hardware or vendor library serves no devices.
+  std::vector<std::string> devices = {"cpu"};
   EngineOptions engine;
   CpuDriverOptions cpu;
-  size_t stream_window = 8;  // Session stream read-ahead; 0 runs each request as it is read
+#ifdef REPLAYD_WITH_CUDA
+  CudaDriverOptions cuda;
+#endif
+  size_t stream_window = 8;            // Session stream read-ahead; 0 runs each request as it is read
   std::filesystem::path tenants_file;  // empty: one tenant, default, without authentication
   // TLS: a PEM certificate chain and key; with a client CA, clients must present a
   // certificate it signed (mutual TLS). Empty: plaintext.

@@ -12,9 +12,14 @@
 #include "spdlog/spdlog.h"
 
 ABSL_FLAG(std::string, listen, "127.0.0.1:7070", "address to serve on, host:port");
-ABSL_FLAG(std::string, devices, "cpu", "comma-separated device kinds to serve");
-ABSL_FLAG(std::string, cache_dir, "",
-          "compile cache directory (default $XDG_CACHE_HOME/replayd or ~/.cache/replayd)");
+ABSL_FLAG(std::string, devices, replayd::kKnownDeviceKinds,
+          "comma-separated device kinds to serve; a kind without hardware serves no devices and says why");
+ABSL_FLAG(std::string, cuda_context, "session",
+          "CUDA contexts: session (one per session, faults isolated) or primary (the device's primary context, "
+          "a stream per session)");
+ABSL_FLAG(uint64_t, cuda_staging_bytes, 1 << 20,
+          "bytes of each of a CUDA session's two pinned staging buffers for writes and reads");
+ABSL_FLAG(std::string, cache_dir, "", "compile cache directory (default $XDG_CACHE_HOME/replayd or ~/.cache/replayd)");
 ABSL_FLAG(int, lease_seconds, 60, "a session not renewed within this many seconds is closed");
 ABSL_FLAG(uint64_t, cpu_memory_limit, 0, "bytes of memory cpu:0 may allocate (0: half of RAM)");
 ABSL_FLAG(std::string, cpu_cc, "cc", "C compiler for cpu-c programs");
@@ -23,8 +28,7 @@ ABSL_FLAG(int, cpu_threads, 0, "parallel invocations on cpu:0 (0: one per core)"
 ABSL_FLAG(std::string, log_level, "info", "trace, debug, info, warn, error");
 ABSL_FLAG(int, graph_batch, 32, "calls in a graph's first batch; each later batch doubles it");
 ABSL_FLAG(int, graph_cache_graphs, 256, "graphs one tenant may keep cached per device");
-ABSL_FLAG(uint64_t, graph_cache_bytes, uint64_t{1} << 30,
-          "arena bytes one tenant may keep cached per device");
+ABSL_FLAG(uint64_t, graph_cache_bytes, uint64_t{1} << 30, "arena bytes one tenant may keep cached per device");
 ABSL_FLAG(int, stream_window, 8,
           "Session stream requests read ahead of execution per stream; 0 reads each after the "
           "previous one has been answered");
@@ -48,10 +52,8 @@ ABSL_FLAG(int, shutdown_grace_seconds, 5, "time calls in flight get to finish at
 namespace {
 
 std::filesystem::path DefaultCacheDir() {
-  if (const char* xdg = std::getenv("XDG_CACHE_HOME"); xdg && *xdg)
-    return std::filesystem::path(xdg) / "replayd";
-  if (const char* home = std::getenv("HOME"); home && *home)
-    return std::filesystem::path(home) / ".cache" / "replayd";
+  if (const char* xdg = std::getenv("XDG_CACHE_HOME"); xdg && *xdg) return std::filesystem::path(xdg) / "replayd";
+  if (const char* home = std::getenv("HOME"); home && *home) return std::filesystem::path(home) / ".cache" / "replayd";
   return "/var/cache/replayd";
 }
 
@@ -84,6 +86,17 @@ int main(int argc, char** argv) {
   options.cpu.compiler.compiler = absl::GetFlag(FLAGS_cpu_cc);
   options.cpu.compiler.time_limit = absl::Seconds(absl::GetFlag(FLAGS_cpu_compile_timeout_seconds));
   options.cpu.threads = absl::GetFlag(FLAGS_cpu_threads);
+#ifdef REPLAYD_WITH_CUDA
+  absl::StatusOr<replayd::CudaContextPolicy> cuda_context =
+      replayd::ParseCudaContextPolicy(absl::GetFlag(FLAGS_cuda_context));
+  if (!cuda_context.ok() || absl::GetFlag(FLAGS_cuda_staging_bytes) < 4096 ||
+      absl::GetFlag(FLAGS_cuda_staging_bytes) > (uint64_t{1} << 30)) {
+    spdlog::error("--cuda_context must be session or primary, --cuda_staging_bytes in [4096, 1 GiB]");
+    return 2;
+  }
+  options.cuda.context = *cuda_context;
+  options.cuda.staging_bytes = absl::GetFlag(FLAGS_cuda_staging_bytes);
+#endif
   if (absl::GetFlag(FLAGS_graph_batch) < 1 || absl::GetFlag(FLAGS_graph_cache_graphs) < 1) {
     spdlog::error("--graph_batch and --graph_cache_graphs must be at least 1");
     return 2;
@@ -99,8 +112,9 @@ int main(int argc, char** argv) {
 
   if (absl::GetFlag(FLAGS_queue_limit) < 1 || absl::GetFlag(FLAGS_scheduler_quantum) < absl::Microseconds(1) ||
       absl::GetFlag(FLAGS_batch_max_wait) <= absl::ZeroDuration()) {
-    spdlog::error("--queue_limit must be at least 1, --scheduler_quantum at least 1us and "
-                  "--batch_max_wait positive");
+    spdlog::error(
+        "--queue_limit must be at least 1, --scheduler_quantum at least 1us and "
+        "--batch_max_wait positive");
     return 2;
   }
   options.engine.queue_limit = absl::GetFlag(FLAGS_queue_limit);
@@ -116,10 +130,11 @@ int main(int argc, char** argv) {
     const std::string host = options.listen.substr(0, options.listen.rfind(':'));
     const bool loopback = host == "localhost" || host == "[::1]" || host.rfind("127.", 0) == 0;
     if (!loopback && !absl::GetFlag(FLAGS_allow_remote_without_tenants)) {
-      spdlog::error("--listen {} is not loopback and there is no --tenants: every caller would be "
-                    "the unauthenticated tenant default. Give --tenants, or "
-                    "--allow_remote_without_tenants to serve it anyway.",
-                    options.listen);
+      spdlog::error(
+          "--listen {} is not loopback and there is no --tenants: every caller would be "
+          "the unauthenticated tenant default. Give --tenants, or "
+          "--allow_remote_without_tenants to serve it anyway.",
+          options.listen);
       return 2;
     }
     spdlog::warn("no --tenants: every caller is the tenant default, without authentication");

@@ -10,9 +10,9 @@
 #include <fstream>
 #include <thread>
 
-#include "absl/strings/str_cat.h"
-#include "absl/strings/match.h"
 #include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
 #include "drivers/cpu/trampoline.h"
 
@@ -32,8 +32,8 @@ std::string CpuModelName() {
   while (std::getline(in, line)) {
     if (absl::StartsWith(line, "model name")) {
       size_t colon = line.find(':');
-      if (colon != std::string::npos) return std::string(absl::StripLeadingAsciiWhitespace(
-                                              absl::string_view(line).substr(colon + 1)));
+      if (colon != std::string::npos)
+        return std::string(absl::StripLeadingAsciiWhitespace(absl::string_view(line).substr(colon + 1)));
     }
   }
   return "host cpu";
@@ -85,8 +85,7 @@ class CpuDeviceGraph : public DeviceGraph {
       nodes_.push_back({static_cast<const CpuKernel*>(n.kernel)->entry(), n.args, n.global});
   }
 
-  absl::Status Update(size_t node, std::span<const ArgValue> args, const Dim3& global,
-                      const Dim3&) override {
+  absl::Status Update(size_t node, std::span<const ArgValue> args, const Dim3& global, const Dim3&) override {
     Node& n = nodes_[node];
     std::copy(args.begin(), args.end(), n.args.begin());
     n.global = global;
@@ -114,13 +113,7 @@ class CpuContext : public Context {
   explicit CpuContext(CpuDevice* device) : device_(device) {}
 
   absl::StatusOr<Allocation> Allocate(uint64_t bytes) override {
-    if (bytes == 0) return absl::InvalidArgumentError("allocation of 0 bytes");
-    if (!device_->Reserve(bytes)) {
-      return absl::ResourceExhaustedError(absl::StrCat(
-          "cpu:0: allocation of ", bytes, " bytes exceeds free memory (",
-          device_->info().total_memory - device_->memory_in_use(), " of ",
-          device_->info().total_memory, " bytes free)"));
-    }
+    if (absl::Status s = device_->memory().Reserve("cpu:0", bytes); !s.ok()) return s;
     void* p = nullptr;
     if (bytes >= kMapThreshold) {
       p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
@@ -131,9 +124,8 @@ class CpuContext : public Context {
       if (p) std::memset(p, 0, rounded);
     }
     if (!p) {
-      device_->Release(bytes);
-      return absl::ResourceExhaustedError(
-          absl::StrCat("cpu:0: host allocation of ", bytes, " bytes failed"));
+      device_->memory().Release(bytes);
+      return absl::ResourceExhaustedError(absl::StrCat("cpu:0: host allocation of ", bytes, " bytes failed"));
     }
     return Allocation{reinterpret_cast<uint64_t>(p), bytes};
   }
@@ -145,23 +137,21 @@ class CpuContext : public Context {
     } else {
       std::free(p);
     }
-    device_->Release(a.bytes);
+    device_->memory().Release(a.bytes);
   }
 
-  absl::Status Write(const Allocation& dst, uint64_t offset,
-                     std::span<const uint8_t> bytes) override {
+  absl::Status Write(const Allocation& dst, uint64_t offset, std::span<const uint8_t> bytes) override {
     std::memcpy(reinterpret_cast<uint8_t*>(dst.address) + offset, bytes.data(), bytes.size());
     return absl::OkStatus();
   }
 
   absl::Status Read(const Allocation& src, uint64_t offset, std::span<uint8_t> bytes) override {
-    std::memcpy(bytes.data(), reinterpret_cast<const uint8_t*>(src.address) + offset,
-                bytes.size());
+    std::memcpy(bytes.data(), reinterpret_cast<const uint8_t*>(src.address) + offset, bytes.size());
     return absl::OkStatus();
   }
 
-  absl::Status Copy(const Allocation& dst, uint64_t dst_offset, const Allocation& src,
-                    uint64_t src_offset, uint64_t bytes) override {
+  absl::Status Copy(const Allocation& dst, uint64_t dst_offset, const Allocation& src, uint64_t src_offset,
+                    uint64_t bytes) override {
     std::memmove(reinterpret_cast<uint8_t*>(dst.address) + dst_offset,
                  reinterpret_cast<const uint8_t*>(src.address) + src_offset, bytes);
     return absl::OkStatus();
@@ -172,22 +162,18 @@ class CpuContext : public Context {
     void* handle = dlopen(artifact.c_str(), RTLD_NOW | RTLD_LOCAL);
     if (!handle) {
       const char* err = dlerror();
-      return absl::InternalError(absl::StrCat("cannot load ", artifact.string(), ": ",
-                                              err ? err : "unknown error"));
+      return absl::InternalError(absl::StrCat("cannot load ", artifact.string(), ": ", err ? err : "unknown error"));
     }
     auto entry = reinterpret_cast<Entry>(dlsym(handle, std::string(kTrampolineSymbol).c_str()));
     if (!entry) {
       dlclose(handle);
-      return absl::InternalError(
-          absl::StrCat(artifact.string(), " has no symbol ", kTrampolineSymbol));
+      return absl::InternalError(absl::StrCat(artifact.string(), " has no symbol ", kTrampolineSymbol));
     }
     return std::make_unique<CpuKernel>(handle, entry, source.signature);
   }
 
-  absl::StatusOr<std::optional<absl::Duration>> Launch(const Kernel& kernel,
-                                                       std::span<const ArgValue> args,
-                                                       const Dim3& global, const Dim3&,
-                                                       bool wait) override {
+  absl::StatusOr<std::optional<absl::Duration>> Launch(const Kernel& kernel, std::span<const ArgValue> args,
+                                                       const Dim3& global, const Dim3&, bool wait) override {
     auto start = std::chrono::steady_clock::now();
     RunKernel(device_->pool(), static_cast<const CpuKernel&>(kernel).entry(), args.data(), global);
     return Elapsed(start, wait);
@@ -196,8 +182,8 @@ class CpuContext : public Context {
   absl::Status Synchronize() override { return absl::OkStatus(); }
 
   // The replay list runs its nodes in order, which honours every edge.
-  absl::StatusOr<std::unique_ptr<DeviceGraph>> Instantiate(
-      std::span<const GraphNode> nodes, std::span<const std::pair<size_t, size_t>>) override {
+  absl::StatusOr<std::unique_ptr<DeviceGraph>> Instantiate(std::span<const GraphNode> nodes,
+                                                           std::span<const std::pair<size_t, size_t>>) override {
     return std::make_unique<CpuDeviceGraph>(&device_->pool(), nodes);
   }
 
@@ -218,12 +204,12 @@ std::vector<std::unique_ptr<Device>> CpuDriver::Discover() {
 
 CpuDevice::CpuDevice(CpuDriverOptions options)
     : compiler_(options.compiler),
-      pool_(options.threads > 0 ? options.threads - 1
-                                : std::max(1u, std::thread::hardware_concurrency()) - 1) {
+      pool_(options.threads > 0 ? options.threads - 1 : std::max(1u, std::thread::hardware_concurrency()) - 1),
+      memory_(options.memory_limit ? options.memory_limit : PhysicalMemory() / 2) {
   info_.id = "cpu:0";
   info_.kind = DeviceKind::kCpu;
   info_.name = CpuModelName();
-  info_.total_memory = options.memory_limit ? options.memory_limit : PhysicalMemory() / 2;
+  info_.total_memory = memory_.total();
   info_.limits.max_global = {1u << 24, 1u << 24, 1u << 24};
   info_.limits.max_global_total = 1u << 24;
   info_.limits.max_local = {1, 1, 1};
@@ -234,23 +220,11 @@ CpuDevice::CpuDevice(CpuDriverOptions options)
   info_.target = info_.driver_version;
 }
 
-bool CpuDevice::Reserve(uint64_t bytes) {
-  uint64_t used = in_use_.load();
-  do {
-    if (bytes > info_.total_memory || used > info_.total_memory - bytes) return false;
-  } while (!in_use_.compare_exchange_weak(used, used + bytes));
-  return true;
-}
-
-absl::Status CpuDevice::Compile(const ProgramSource& source,
-                                const std::filesystem::path& output) {
-  if (info_.driver_version.empty())
-    return absl::FailedPreconditionError("cpu:0: the C compiler could not be run");
+absl::Status CpuDevice::Compile(const ProgramSource& source, const std::filesystem::path& output) {
+  if (info_.driver_version.empty()) return absl::FailedPreconditionError("cpu:0: the C compiler could not be run");
   return compiler_.Compile(source, output);
 }
 
-absl::StatusOr<std::unique_ptr<Context>> CpuDevice::OpenContext() {
-  return std::make_unique<CpuContext>(this);
-}
+absl::StatusOr<std::unique_ptr<Context>> CpuDevice::OpenContext() { return std::make_unique<CpuContext>(this); }
 
 }  // namespace replayd

@@ -5,11 +5,11 @@
 #ifndef REPLAYD_DRIVERS_CPU_CPU_DRIVER_H_
 #define REPLAYD_DRIVERS_CPU_CPU_DRIVER_H_
 
-#include <atomic>
 #include <memory>
 
 #include "drivers/cpu/c_compiler.h"
 #include "drivers/cpu/thread_pool.h"
+#include "drivers/device_memory.h"
 #include "drivers/driver.h"
 
 namespace replayd {
@@ -17,7 +17,7 @@ namespace replayd {
 struct CpuDriverOptions {
   uint64_t memory_limit = 0;  // bytes; 0 means half of physical memory
   CCompilerOptions compiler;
-  int threads = 0;            // parallel invocations at once; 0 means one per core
+  int threads = 0;  // parallel invocations at once; 0 means one per core
 };
 
 class CpuDriver : public Driver {
@@ -35,21 +35,18 @@ class CpuDevice : public Device {
   explicit CpuDevice(CpuDriverOptions options);
 
   const DeviceInfo& info() const override { return info_; }
-  uint64_t memory_in_use() const override { return in_use_.load(); }
-  absl::Status Compile(const ProgramSource& source,
-                       const std::filesystem::path& output) override;
+  uint64_t memory_in_use() const override { return memory_.in_use(); }
+  absl::Status Compile(const ProgramSource& source, const std::filesystem::path& output) override;
   absl::StatusOr<std::unique_ptr<Context>> OpenContext() override;
 
-  // Reserves `bytes` against the limit; false (nothing reserved) when it does not fit.
-  bool Reserve(uint64_t bytes);
-  void Release(uint64_t bytes) { in_use_.fetch_sub(bytes); }
+  DeviceMemory& memory() { return memory_; }
   ThreadPool& pool() { return pool_; }
 
  private:
   DeviceInfo info_;
   CCompiler compiler_;
   ThreadPool pool_;
-  std::atomic<uint64_t> in_use_{0};
+  DeviceMemory memory_;
 };
 
 }  // namespace replayd

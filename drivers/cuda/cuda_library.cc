@@ -27,7 +27,7 @@ absl::StatusOr<std::unique_ptr<CudaLibrary>> CudaLibrary::Load() {
       return absl::UnavailableError(absl::StrCat("libcuda.so.1 lacks ", name, " for CUDA ", CUDA_VERSION));
     return absl::OkStatus();
   };
-#define REPLAYD_RESOLVE(name)                                                              \
+#define REPLAYD_RESOLVE(name) \
   if (absl::Status s = resolve(#name, reinterpret_cast<void**>(&lib->name)); !s.ok()) return s;
   REPLAYD_RESOLVE(cuInit)
   REPLAYD_RESOLVE(cuDriverGetVersion)
@@ -38,7 +38,46 @@ absl::StatusOr<std::unique_ptr<CudaLibrary>> CudaLibrary::Load() {
   REPLAYD_RESOLVE(cuDeviceGetName)
   REPLAYD_RESOLVE(cuDeviceTotalMem)
   REPLAYD_RESOLVE(cuDeviceGetAttribute)
+  REPLAYD_RESOLVE(cuCtxCreate)
+  REPLAYD_RESOLVE(cuCtxDestroy)
+  REPLAYD_RESOLVE(cuCtxSetCurrent)
+  REPLAYD_RESOLVE(cuDevicePrimaryCtxRetain)
+  REPLAYD_RESOLVE(cuDevicePrimaryCtxRelease)
+  REPLAYD_RESOLVE(cuStreamCreate)
+  REPLAYD_RESOLVE(cuStreamDestroy)
+  REPLAYD_RESOLVE(cuStreamSynchronize)
+  REPLAYD_RESOLVE(cuMemAlloc)
+  REPLAYD_RESOLVE(cuMemFree)
+  REPLAYD_RESOLVE(cuMemsetD8Async)
+  REPLAYD_RESOLVE(cuMemHostAlloc)
+  REPLAYD_RESOLVE(cuMemFreeHost)
+  REPLAYD_RESOLVE(cuMemcpyHtoDAsync)
+  REPLAYD_RESOLVE(cuMemcpyDtoHAsync)
+  REPLAYD_RESOLVE(cuMemcpyDtoDAsync)
+  REPLAYD_RESOLVE(cuModuleLoadDataEx)
+  REPLAYD_RESOLVE(cuModuleUnload)
+  REPLAYD_RESOLVE(cuModuleGetFunction)
+  REPLAYD_RESOLVE(cuLaunchKernel)
+  REPLAYD_RESOLVE(cuEventCreate)
+  REPLAYD_RESOLVE(cuEventDestroy)
+  REPLAYD_RESOLVE(cuEventRecord)
+  REPLAYD_RESOLVE(cuEventSynchronize)
+  REPLAYD_RESOLVE(cuEventElapsedTime)
+  REPLAYD_RESOLVE(cuGraphCreate)
+  REPLAYD_RESOLVE(cuGraphDestroy)
+  REPLAYD_RESOLVE(cuGraphAddKernelNode)
+  REPLAYD_RESOLVE(cuGraphInstantiateWithFlags)
+  REPLAYD_RESOLVE(cuGraphExecDestroy)
+  REPLAYD_RESOLVE(cuGraphExecKernelNodeSetParams)
+  REPLAYD_RESOLVE(cuGraphLaunch)
 #undef REPLAYD_RESOLVE
+  // Entry points are asked for at this toolkit's version; a driver older than 12.5 would
+  // hand back cuCtxCreate with another signature.
+  if (CUresult r = lib->cuDriverGetVersion(&lib->version_); r != CUDA_SUCCESS)
+    return absl::UnavailableError(absl::StrCat("cuDriverGetVersion: ", lib->ErrorText(r)));
+  if (lib->version_ < kMinimumVersion)
+    return absl::UnavailableError(absl::StrCat("the NVIDIA driver supports CUDA ", lib->version_ / 1000, ".",
+                                               lib->version_ % 1000 / 10, "; replayd needs 12.5 or newer"));
   if (CUresult r = lib->cuInit(0); r != CUDA_SUCCESS)
     return absl::UnavailableError(absl::StrCat("cuInit: ", lib->ErrorText(r)));
   return lib;

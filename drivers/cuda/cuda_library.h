@@ -16,10 +16,16 @@ namespace replayd {
 
 class CudaLibrary {
  public:
-  // Opens libcuda.so.1 and resolves every entry point below, then cuInit(0).
-  // UNAVAILABLE naming what is missing when the library, a symbol or a device is not there.
+  // Opens libcuda.so.1, resolves every entry point below and calls cuInit(0).
+  // UNAVAILABLE naming what is missing when the library, a symbol or a device is not
+  // there, or when the driver is older than CUDA 12.5.
   static absl::StatusOr<std::unique_ptr<CudaLibrary>> Load();
   ~CudaLibrary();
+
+  static constexpr int kMinimumVersion = 12050;
+
+  // The CUDA version the driver supports, as cuDriverGetVersion says (13000 for 13.0).
+  int version() const { return version_; }
 
   // An error code as "CUDA_ERROR_INVALID_VALUE (invalid argument)".
   std::string ErrorText(CUresult r) const;
@@ -34,11 +40,44 @@ class CudaLibrary {
   REPLAYD_CUDA_ENTRY(cuDeviceGetName)
   REPLAYD_CUDA_ENTRY(cuDeviceTotalMem)
   REPLAYD_CUDA_ENTRY(cuDeviceGetAttribute)
+  REPLAYD_CUDA_ENTRY(cuCtxCreate)
+  REPLAYD_CUDA_ENTRY(cuCtxDestroy)
+  REPLAYD_CUDA_ENTRY(cuCtxSetCurrent)
+  REPLAYD_CUDA_ENTRY(cuDevicePrimaryCtxRetain)
+  REPLAYD_CUDA_ENTRY(cuDevicePrimaryCtxRelease)
+  REPLAYD_CUDA_ENTRY(cuStreamCreate)
+  REPLAYD_CUDA_ENTRY(cuStreamDestroy)
+  REPLAYD_CUDA_ENTRY(cuStreamSynchronize)
+  REPLAYD_CUDA_ENTRY(cuMemAlloc)
+  REPLAYD_CUDA_ENTRY(cuMemFree)
+  REPLAYD_CUDA_ENTRY(cuMemsetD8Async)
+  REPLAYD_CUDA_ENTRY(cuMemHostAlloc)
+  REPLAYD_CUDA_ENTRY(cuMemFreeHost)
+  REPLAYD_CUDA_ENTRY(cuMemcpyHtoDAsync)
+  REPLAYD_CUDA_ENTRY(cuMemcpyDtoHAsync)
+  REPLAYD_CUDA_ENTRY(cuMemcpyDtoDAsync)
+  REPLAYD_CUDA_ENTRY(cuModuleLoadDataEx)
+  REPLAYD_CUDA_ENTRY(cuModuleUnload)
+  REPLAYD_CUDA_ENTRY(cuModuleGetFunction)
+  REPLAYD_CUDA_ENTRY(cuLaunchKernel)
+  REPLAYD_CUDA_ENTRY(cuEventCreate)
+  REPLAYD_CUDA_ENTRY(cuEventDestroy)
+  REPLAYD_CUDA_ENTRY(cuEventRecord)
+  REPLAYD_CUDA_ENTRY(cuEventSynchronize)
+  REPLAYD_CUDA_ENTRY(cuEventElapsedTime)
+  REPLAYD_CUDA_ENTRY(cuGraphCreate)
+  REPLAYD_CUDA_ENTRY(cuGraphDestroy)
+  REPLAYD_CUDA_ENTRY(cuGraphAddKernelNode)
+  REPLAYD_CUDA_ENTRY(cuGraphInstantiateWithFlags)
+  REPLAYD_CUDA_ENTRY(cuGraphExecDestroy)
+  REPLAYD_CUDA_ENTRY(cuGraphExecKernelNodeSetParams)
+  REPLAYD_CUDA_ENTRY(cuGraphLaunch)
 #undef REPLAYD_CUDA_ENTRY
 
  private:
   CudaLibrary() = default;
   void* handle_ = nullptr;
+  int version_ = 0;
 };
 
 }  // namespace replayd

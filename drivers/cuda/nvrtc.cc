@@ -25,16 +25,15 @@ Nvrtc::~Nvrtc() = default;
 absl::StatusOr<std::unique_ptr<Nvrtc>> Nvrtc::Load() {
   std::unique_ptr<Nvrtc> n(new Nvrtc());
   std::string why;
-  for (const char* name : {"libnvrtc.so.13", "libnvrtc.so.12", "libnvrtc.so",
-                           "/usr/local/cuda/lib64/libnvrtc.so"}) {
+  for (const char* name : {"libnvrtc.so.13", "libnvrtc.so.12", "libnvrtc.so", "/usr/local/cuda/lib64/libnvrtc.so"}) {
     n->handle_ = dlopen(name, RTLD_NOW | RTLD_LOCAL);
     if (n->handle_) break;
     const char* e = dlerror();
     absl::StrAppend(&why, why.empty() ? "" : "; ", e ? e : name);
   }
   if (!n->handle_) return absl::UnavailableError(absl::StrCat("NVRTC not loaded: ", why));
-#define REPLAYD_RESOLVE(name)                                                          \
-  n->name##_ = reinterpret_cast<decltype(&::name)>(dlsym(n->handle_, #name));         \
+#define REPLAYD_RESOLVE(name)                                                 \
+  n->name##_ = reinterpret_cast<decltype(&::name)>(dlsym(n->handle_, #name)); \
   if (!n->name##_) return absl::UnavailableError(absl::StrCat("NVRTC lacks ", #name));
   REPLAYD_RESOLVE(nvrtcVersion)
   REPLAYD_RESOLVE(nvrtcGetErrorString)
@@ -73,14 +72,12 @@ absl::Status Nvrtc::CheckOptions(const std::vector<std::string>& options) {
 }
 
 absl::StatusOr<PtxProgram> Nvrtc::CompileToPtx(const std::string& source, const std::string& entry,
-                                               const std::string& arch,
-                                               const std::vector<std::string>& options) const {
+                                               const std::string& arch, const std::vector<std::string>& options) const {
   if (absl::Status s = CheckOptions(options); !s.ok()) return s;
   if (!absl::StartsWith(arch, "sm_") || !IsIdentifier(arch))
     return absl::InvalidArgumentError(absl::StrCat("architecture \"", arch, "\" is not sm_NN"));
   nvrtcProgram prog;
-  if (nvrtcResult r = nvrtcCreateProgram_(&prog, source.c_str(), "program.cu", 0, nullptr, nullptr);
-      r != NVRTC_SUCCESS)
+  if (nvrtcResult r = nvrtcCreateProgram_(&prog, source.c_str(), "program.cu", 0, nullptr, nullptr); r != NVRTC_SUCCESS)
     return absl::InternalError(absl::StrCat("nvrtcCreateProgram: ", nvrtcGetErrorString_(r)));
   struct Destroy {
     const Nvrtc* n;
@@ -102,8 +99,8 @@ absl::StatusOr<PtxProgram> Nvrtc::CompileToPtx(const std::string& source, const 
     out.log.resize(log_size - 1);
   }
   if (compiled != NVRTC_SUCCESS)
-    return absl::InvalidArgumentError(absl::StrCat("cuda-c compile of ", entry, " failed (",
-                                                   nvrtcGetErrorString_(compiled), "):\n", out.log));
+    return absl::InvalidArgumentError(
+        absl::StrCat("cuda-c compile of ", entry, " failed (", nvrtcGetErrorString_(compiled), "):\n", out.log));
   const char* lowered = nullptr;
   if (nvrtcGetLoweredName_(prog, entry.c_str(), &lowered) != NVRTC_SUCCESS || !lowered)
     return absl::InvalidArgumentError(absl::StrCat("cuda-c program has no kernel named ", entry));

@@ -36,8 +36,7 @@ class Nvrtc {
   // program log (with line numbers in "program.cu") on a compile error or an option
   // outside the allow-list (-DNAME[=VALUE], --use_fast_math, -lineinfo, --std=c++17,
   // --std=c++20).
-  absl::StatusOr<PtxProgram> CompileToPtx(const std::string& source, const std::string& entry,
-                                          const std::string& arch,
+  absl::StatusOr<PtxProgram> CompileToPtx(const std::string& source, const std::string& entry, const std::string& arch,
                                           const std::vector<std::string>& options) const;
 
   static absl::Status CheckOptions(const std::vector<std::string>& options);

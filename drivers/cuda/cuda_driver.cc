@@ -1,0 +1,558 @@
+#include "drivers/cuda/cuda_driver.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
+#include "drivers/cuda/cuda_library.h"
+#include "drivers/cuda/cuda_program.h"
+#include "drivers/cuda/kernel_params.h"
+#include "drivers/cuda/nvrtc.h"
+#include "drivers/device_memory.h"
+#include "drivers/module_artifact.h"
+
+namespace replayd {
+
+absl::StatusOr<CudaContextPolicy> ParseCudaContextPolicy(absl::string_view name) {
+  if (name == "session") return CudaContextPolicy::kSession;
+  if (name == "primary") return CudaContextPolicy::kPrimary;
+  return absl::InvalidArgumentError(absl::StrCat("CUDA context policy \"", name, "\" is not session or primary"));
+}
+
+namespace {
+
+// Errors after which the context cannot be used again: the device state is lost.
+bool IsSticky(CUresult r) {
+  switch (r) {
+    case CUDA_ERROR_ILLEGAL_ADDRESS:
+    case CUDA_ERROR_LAUNCH_FAILED:
+    case CUDA_ERROR_ILLEGAL_INSTRUCTION:
+    case CUDA_ERROR_MISALIGNED_ADDRESS:
+    case CUDA_ERROR_INVALID_ADDRESS_SPACE:
+    case CUDA_ERROR_INVALID_PC:
+    case CUDA_ERROR_HARDWARE_STACK_ERROR:
+    case CUDA_ERROR_ASSERT:
+    case CUDA_ERROR_ECC_UNCORRECTABLE:
+    case CUDA_ERROR_CONTEXT_IS_DESTROYED:
+      return true;
+    default:
+      return false;
+  }
+}
+
+// What a device is, read once from the driver at discovery.
+struct CudaDescription {
+  DeviceInfo info;
+  std::string arch;  // "sm_90"
+};
+
+absl::StatusOr<CudaDescription> Describe(const CudaLibrary& cu, const Nvrtc* nvrtc, CUdevice dev, int ordinal) {
+  CudaDescription d;
+  DeviceInfo& info = d.info;
+  info.id = absl::StrCat("cuda:", ordinal);
+  info.kind = DeviceKind::kCuda;
+  char name[256] = {};
+  size_t total = 0;
+  if (CUresult r = cu.cuDeviceGetName(name, sizeof name - 1, dev); r != CUDA_SUCCESS)
+    return absl::UnavailableError(absl::StrCat(info.id, ": cuDeviceGetName: ", cu.ErrorText(r)));
+  if (CUresult r = cu.cuDeviceTotalMem(&total, dev); r != CUDA_SUCCESS)
+    return absl::UnavailableError(absl::StrCat(info.id, ": cuDeviceTotalMem: ", cu.ErrorText(r)));
+  auto attribute = [&](CUdevice_attribute a) {
+    int v = 0;
+    cu.cuDeviceGetAttribute(&v, a, dev);
+    return static_cast<uint64_t>(std::max(v, 0));
+  };
+  info.name = name;
+  info.total_memory = total;
+  LaunchLimits& l = info.limits;
+  l.max_global = {attribute(CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_X), attribute(CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_Y),
+                  attribute(CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_Z)};
+  l.max_global_total = l.max_global[0] * l.max_global[1] * l.max_global[2];
+  l.max_local = {attribute(CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_X), attribute(CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_Y),
+                 attribute(CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_Z)};
+  l.max_local_total = attribute(CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_BLOCK);
+  l.max_args = 64;
+  d.arch = absl::StrCat("sm_", attribute(CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR),
+                        attribute(CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR));
+  info.formats = {"cuda-ptx", "cuda-cubin"};
+  if (nvrtc) info.formats.push_back("cuda-c");
+  info.driver_version = absl::StrCat("CUDA ", cu.version() / 1000, ".", cu.version() % 1000 / 10, " driver");
+  info.target = absl::StrCat(d.arch, nvrtc ? absl::StrCat("-nvrtc-", nvrtc->version()) : "");
+  return d;
+}
+
+class CudaDevice;
+
+// One session's context. Every call that reaches the device goes through Check, which
+// turns a sticky error into the context's fault: from then on every method answers it.
+class CudaContext : public Context {
+ public:
+  CudaContext(CudaDevice* device, CUcontext ctx, bool owns_ctx, uint64_t id);
+  ~CudaContext() override;
+  absl::Status Open();
+
+  absl::StatusOr<Allocation> Allocate(uint64_t bytes) override;
+  void Free(const Allocation& allocation) override;
+  absl::Status Write(const Allocation& dst, uint64_t offset, std::span<const uint8_t> bytes) override;
+  absl::Status Read(const Allocation& src, uint64_t offset, std::span<uint8_t> bytes) override;
+  absl::Status Copy(const Allocation& dst, uint64_t dst_offset, const Allocation& src, uint64_t src_offset,
+                    uint64_t bytes) override;
+  absl::StatusOr<std::unique_ptr<Kernel>> Load(const ProgramSource& source,
+                                               const std::filesystem::path& artifact) override;
+  absl::StatusOr<std::optional<absl::Duration>> Launch(const Kernel& kernel, std::span<const ArgValue> args,
+                                                       const Dim3& global, const Dim3& local, bool wait) override;
+  absl::Status Synchronize() override;
+  absl::StatusOr<std::unique_ptr<DeviceGraph>> Instantiate(std::span<const GraphNode> nodes,
+                                                           std::span<const std::pair<size_t, size_t>> edges) override;
+  bool wants_edges() const override { return true; }
+  uint64_t address_space() const override { return id_; }
+
+  const CudaLibrary& cu() const;
+  // Makes this context current on the calling thread; the context's fault if it has one.
+  absl::Status Bind();
+  // OK for success; otherwise the error as a status naming `what`, recorded as the
+  // context's fault when it is sticky.
+  absl::Status Check(CUresult r, absl::string_view what);
+  CUstream stream() const { return stream_; }
+  // Records the start event, runs `submit`, and with `wait` waits and returns the time
+  // between the events.
+  template <typename Submit>
+  absl::StatusOr<std::optional<absl::Duration>> Timed(bool wait, Submit submit);
+
+ private:
+  absl::Status Fault() const;
+
+  CudaDevice* const device_;
+  CUcontext ctx_;
+  const bool owns_ctx_;
+  const uint64_t id_;
+  CUstream stream_ = nullptr;
+  CUevent start_ = nullptr, stop_ = nullptr;
+
+  mutable absl::Mutex fault_mu_;
+  absl::Status fault_ ABSL_GUARDED_BY(fault_mu_);
+
+  // Two pinned staging buffers, each with the event of the last copy that used it.
+  absl::Mutex staging_mu_;
+  std::array<void*, 2> staging_ ABSL_GUARDED_BY(staging_mu_) = {nullptr, nullptr};
+  std::array<CUevent, 2> staged_ ABSL_GUARDED_BY(staging_mu_) = {nullptr, nullptr};
+};
+
+class CudaDevice : public Device {
+ public:
+  CudaDevice(std::shared_ptr<CudaLibrary> cu, std::shared_ptr<Nvrtc> nvrtc, CUdevice dev, CudaDescription description,
+             const CudaDriverOptions& options);
+  ~CudaDevice() override;
+
+  const DeviceInfo& info() const override { return info_; }
+  uint64_t memory_in_use() const override { return memory_.in_use(); }
+  absl::Status Compile(const ProgramSource& source, const std::filesystem::path& output) override;
+  absl::StatusOr<std::unique_ptr<Context>> OpenContext() override;
+
+  const CudaLibrary& cu() const { return *cu_; }
+  DeviceMemory& memory() { return memory_; }
+  const CudaDriverOptions& options() const { return options_; }
+
+ private:
+  const std::shared_ptr<CudaLibrary> cu_;
+  const std::shared_ptr<Nvrtc> nvrtc_;  // null: no cuda-c
+  const CUdevice dev_;
+  const CudaDriverOptions options_;
+  const DeviceInfo info_;
+  const std::string arch_;
+  DeviceMemory memory_;
+  absl::Mutex mu_;
+  CUcontext primary_ ABSL_GUARDED_BY(mu_) = nullptr;
+  uint64_t next_context_ ABSL_GUARDED_BY(mu_) = 1;
+};
+
+class CudaKernel : public Kernel {
+ public:
+  CudaKernel(CudaContext* context, CUmodule module, CUfunction function, Signature signature)
+      : context_(context), module_(module), function_(function), signature_(std::move(signature)) {}
+  ~CudaKernel() override {
+    if (context_->Bind().ok()) context_->cu().cuModuleUnload(module_);
+  }
+  const Signature& signature() const override { return signature_; }
+  CUfunction function() const { return function_; }
+
+ private:
+  CudaContext* const context_;
+  const CUmodule module_;
+  const CUfunction function_;
+  const Signature signature_;
+};
+
+// Fills the launch fields of a kernel node from a node's function, dimensions and packed
+// arguments.
+CUDA_KERNEL_NODE_PARAMS NodeParams(CUfunction f, const Dim3& global, const Dim3& local, KernelParams& params) {
+  CUDA_KERNEL_NODE_PARAMS p;
+  std::memset(&p, 0, sizeof p);
+  p.func = f;
+  p.gridDimX = static_cast<unsigned>(global[0]);
+  p.gridDimY = static_cast<unsigned>(global[1]);
+  p.gridDimZ = static_cast<unsigned>(global[2]);
+  p.blockDimX = static_cast<unsigned>(local[0]);
+  p.blockDimY = static_cast<unsigned>(local[1]);
+  p.blockDimZ = static_cast<unsigned>(local[2]);
+  p.kernelParams = params.pointers();
+  return p;
+}
+
+// A batch as one CUDA graph. The kernel nodes keep their packed arguments, so an update
+// repacks one node's block and hands it to cuGraphExecKernelNodeSetParams.
+class CudaGraph : public DeviceGraph {
+ public:
+  explicit CudaGraph(CudaContext* context) : context_(context) {}
+  ~CudaGraph() override {
+    if (!context_->Bind().ok()) return;
+    if (exec_) context_->cu().cuGraphExecDestroy(exec_);
+    if (graph_) context_->cu().cuGraphDestroy(graph_);
+  }
+
+  absl::Status Build(std::span<const GraphNode> nodes, std::span<const std::pair<size_t, size_t>> edges) {
+    const CudaLibrary& cu = context_->cu();
+    if (absl::Status s = context_->Check(cu.cuGraphCreate(&graph_, 0), "cuGraphCreate"); !s.ok()) return s;
+    std::vector<std::vector<CUgraphNode>> after(nodes.size());
+    nodes_.resize(nodes.size());
+    for (size_t i = 0; i < nodes.size(); ++i) {
+      Node& n = nodes_[i];
+      n.function = static_cast<const CudaKernel*>(nodes[i].kernel)->function();
+      n.params = std::make_unique<KernelParams>(nodes[i].kernel->signature());
+      n.params->Pack(nodes[i].args);
+      for (auto [from, to] : edges)
+        if (to == i) after[i].push_back(nodes_[from].node);
+      CUDA_KERNEL_NODE_PARAMS p = NodeParams(n.function, nodes[i].global, nodes[i].local, *n.params);
+      if (absl::Status s = context_->Check(
+              cu.cuGraphAddKernelNode(&n.node, graph_, after[i].data(), after[i].size(), &p), "cuGraphAddKernelNode");
+          !s.ok())
+        return s;
+    }
+    return context_->Check(cu.cuGraphInstantiateWithFlags(&exec_, graph_, 0), "cuGraphInstantiate");
+  }
+
+  absl::Status Update(size_t node, std::span<const ArgValue> args, const Dim3& global, const Dim3& local) override {
+    if (absl::Status s = context_->Bind(); !s.ok()) return s;
+    Node& n = nodes_[node];
+    n.params->Pack(args);
+    CUDA_KERNEL_NODE_PARAMS p = NodeParams(n.function, global, local, *n.params);
+    return context_->Check(context_->cu().cuGraphExecKernelNodeSetParams(exec_, n.node, &p),
+                           "cuGraphExecKernelNodeSetParams");
+  }
+
+  absl::StatusOr<std::optional<absl::Duration>> Launch(bool wait) override {
+    return context_->Timed(wait, [&] { return context_->cu().cuGraphLaunch(exec_, context_->stream()); });
+  }
+
+ private:
+  struct Node {
+    CUfunction function = nullptr;
+    CUgraphNode node = nullptr;
+    std::unique_ptr<KernelParams> params;  // heap: the node's kernelParams point into it
+  };
+  CudaContext* const context_;
+  CUgraph graph_ = nullptr;
+  CUgraphExec exec_ = nullptr;
+  std::vector<Node> nodes_;
+};
+
+CudaContext::CudaContext(CudaDevice* device, CUcontext ctx, bool owns_ctx, uint64_t id)
+    : device_(device), ctx_(ctx), owns_ctx_(owns_ctx), id_(id) {}
+
+const CudaLibrary& CudaContext::cu() const { return device_->cu(); }
+
+absl::Status CudaContext::Open() {
+  const CudaLibrary& cu = device_->cu();
+  if (absl::Status s = Bind(); !s.ok()) return s;
+  if (absl::Status s = Check(cu.cuStreamCreate(&stream_, CU_STREAM_NON_BLOCKING), "cuStreamCreate"); !s.ok()) return s;
+  for (CUevent* e : {&start_, &stop_})
+    if (absl::Status s = Check(cu.cuEventCreate(e, CU_EVENT_DEFAULT), "cuEventCreate"); !s.ok()) return s;
+  absl::MutexLock lock(&staging_mu_);
+  for (int i = 0; i < 2; ++i) {
+    if (absl::Status s = Check(cu.cuMemHostAlloc(&staging_[i], device_->options().staging_bytes, 0), "cuMemHostAlloc");
+        !s.ok())
+      return s;
+    if (absl::Status s = Check(cu.cuEventCreate(&staged_[i], CU_EVENT_DISABLE_TIMING), "cuEventCreate"); !s.ok())
+      return s;
+  }
+  return absl::OkStatus();
+}
+
+CudaContext::~CudaContext() {
+  const CudaLibrary& cu = device_->cu();
+  if (cu.cuCtxSetCurrent(ctx_) == CUDA_SUCCESS) {
+    if (stream_) cu.cuStreamSynchronize(stream_);
+    absl::MutexLock lock(&staging_mu_);
+    for (int i = 0; i < 2; ++i) {
+      if (staging_[i]) cu.cuMemFreeHost(staging_[i]);
+      if (staged_[i]) cu.cuEventDestroy(staged_[i]);
+    }
+    for (CUevent e : {start_, stop_})
+      if (e) cu.cuEventDestroy(e);
+    if (stream_) cu.cuStreamDestroy(stream_);
+  }
+  if (owns_ctx_) cu.cuCtxDestroy(ctx_);
+}
+
+absl::Status CudaContext::Fault() const {
+  absl::MutexLock lock(&fault_mu_);
+  return fault_;
+}
+
+absl::Status CudaContext::Bind() {
+  if (absl::Status s = Fault(); !s.ok()) return s;
+  return Check(device_->cu().cuCtxSetCurrent(ctx_), "cuCtxSetCurrent");
+}
+
+absl::Status CudaContext::Check(CUresult r, absl::string_view what) {
+  if (r == CUDA_SUCCESS) return absl::OkStatus();
+  const std::string text = device_->cu().ErrorText(r);
+  const std::string& id = device_->info().id;
+  if (IsSticky(r)) {
+    absl::MutexLock lock(&fault_mu_);
+    if (fault_.ok())
+      fault_ = absl::FailedPreconditionError(
+          absl::StrCat(id, ": a kernel fault lost this session's context (", what, ": ", text, "); close the session"));
+    return fault_;
+  }
+  if (r == CUDA_ERROR_OUT_OF_MEMORY) return absl::ResourceExhaustedError(absl::StrCat(id, ": ", what, ": ", text));
+  if (r == CUDA_ERROR_INVALID_VALUE || r == CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES)
+    return absl::InvalidArgumentError(absl::StrCat(id, ": ", what, ": ", text));
+  return absl::InternalError(absl::StrCat(id, ": ", what, ": ", text));
+}
+
+template <typename Submit>
+absl::StatusOr<std::optional<absl::Duration>> CudaContext::Timed(bool wait, Submit submit) {
+  const CudaLibrary& cu = device_->cu();
+  if (absl::Status s = Bind(); !s.ok()) return s;
+  if (wait)
+    if (absl::Status s = Check(cu.cuEventRecord(start_, stream_), "cuEventRecord"); !s.ok()) return s;
+  if (absl::Status s = Check(submit(), "launch"); !s.ok()) return s;
+  if (!wait) return std::optional<absl::Duration>();
+  if (absl::Status s = Check(cu.cuEventRecord(stop_, stream_), "cuEventRecord"); !s.ok()) return s;
+  if (absl::Status s = Check(cu.cuEventSynchronize(stop_), "kernel"); !s.ok()) return s;
+  float ms = 0;
+  if (absl::Status s = Check(cu.cuEventElapsedTime(&ms, start_, stop_), "cuEventElapsedTime"); !s.ok()) return s;
+  return std::optional<absl::Duration>(absl::Microseconds(static_cast<double>(ms) * 1000.0));
+}
+
+absl::StatusOr<Allocation> CudaContext::Allocate(uint64_t bytes) {
+  if (absl::Status s = Bind(); !s.ok()) return s;
+  if (absl::Status s = device_->memory().Reserve(device_->info().id, bytes); !s.ok()) return s;
+  const CudaLibrary& cu = device_->cu();
+  CUdeviceptr p = 0;
+  absl::Status s = Check(cu.cuMemAlloc(&p, bytes), absl::StrCat("cuMemAlloc of ", bytes, " bytes"));
+  if (s.ok()) s = Check(cu.cuMemsetD8Async(p, 0, bytes, stream_), "cuMemsetD8Async");
+  if (!s.ok()) {
+    if (p) cu.cuMemFree(p);
+    device_->memory().Release(bytes);
+    return s;
+  }
+  return Allocation{static_cast<uint64_t>(p), bytes};
+}
+
+void CudaContext::Free(const Allocation& a) {
+  const CudaLibrary& cu = device_->cu();
+  // Pending work may still use the memory; a faulted context frees nothing it could wait for.
+  if (Bind().ok()) {
+    cu.cuStreamSynchronize(stream_);
+    cu.cuMemFree(static_cast<CUdeviceptr>(a.address));
+  }
+  device_->memory().Release(a.bytes);
+}
+
+absl::Status CudaContext::Write(const Allocation& dst, uint64_t offset, std::span<const uint8_t> bytes) {
+  if (absl::Status s = Bind(); !s.ok()) return s;
+  const CudaLibrary& cu = device_->cu();
+  const uint64_t chunk = device_->options().staging_bytes;
+  absl::MutexLock lock(&staging_mu_);
+  // Each chunk is copied into a staging buffer once the copy that last used it is done,
+  // then sent while the next one fills the other buffer. The source may be reused on
+  // return; the copies complete in stream order before any later work.
+  for (uint64_t done = 0, i = 0; done < bytes.size(); done += chunk, i ^= 1) {
+    const uint64_t n = std::min<uint64_t>(chunk, bytes.size() - done);
+    if (absl::Status s = Check(cu.cuEventSynchronize(staged_[i]), "write"); !s.ok()) return s;
+    std::memcpy(staging_[i], bytes.data() + done, n);
+    if (absl::Status s =
+            Check(cu.cuMemcpyHtoDAsync(dst.address + offset + done, staging_[i], n, stream_), "cuMemcpyHtoDAsync");
+        !s.ok())
+      return s;
+    if (absl::Status s = Check(cu.cuEventRecord(staged_[i], stream_), "cuEventRecord"); !s.ok()) return s;
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CudaContext::Read(const Allocation& src, uint64_t offset, std::span<uint8_t> bytes) {
+  if (absl::Status s = Bind(); !s.ok()) return s;
+  const CudaLibrary& cu = device_->cu();
+  const uint64_t chunk = device_->options().staging_bytes;
+  absl::MutexLock lock(&staging_mu_);
+  auto enqueue = [&](uint64_t done, int i) -> absl::Status {
+    const uint64_t n = std::min<uint64_t>(chunk, bytes.size() - done);
+    if (absl::Status s =
+            Check(cu.cuMemcpyDtoHAsync(staging_[i], src.address + offset + done, n, stream_), "cuMemcpyDtoHAsync");
+        !s.ok())
+      return s;
+    return Check(cu.cuEventRecord(staged_[i], stream_), "cuEventRecord");
+  };
+  // The copy of chunk k + 1 is queued before chunk k is taken out of its staging buffer.
+  if (bytes.empty()) return absl::OkStatus();
+  if (absl::Status s = enqueue(0, 0); !s.ok()) return s;
+  for (uint64_t done = 0, i = 0; done < bytes.size(); done += chunk, i ^= 1) {
+    const uint64_t n = std::min<uint64_t>(chunk, bytes.size() - done);
+    if (done + n < bytes.size())
+      if (absl::Status s = enqueue(done + n, static_cast<int>(i ^ 1)); !s.ok()) return s;
+    if (absl::Status s = Check(cu.cuEventSynchronize(staged_[i]), "read"); !s.ok()) return s;
+    std::memcpy(bytes.data() + done, staging_[i], n);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CudaContext::Copy(const Allocation& dst, uint64_t dst_offset, const Allocation& src, uint64_t src_offset,
+                               uint64_t bytes) {
+  if (absl::Status s = Bind(); !s.ok()) return s;
+  return Check(device_->cu().cuMemcpyDtoDAsync(dst.address + dst_offset, src.address + src_offset, bytes, stream_),
+               "cuMemcpyDtoDAsync");
+}
+
+absl::StatusOr<std::unique_ptr<Kernel>> CudaContext::Load(const ProgramSource& source,
+                                                          const std::filesystem::path& artifact) {
+  if (absl::Status s = Bind(); !s.ok()) return s;
+  absl::StatusOr<ModuleArtifact> module_artifact = ReadModuleArtifact(artifact);
+  if (!module_artifact.ok()) return module_artifact.status();
+  const CudaLibrary& cu = device_->cu();
+  std::string error_log(16 << 10, '\0'), info_log(16 << 10, '\0');
+  CUjit_option keys[] = {CU_JIT_ERROR_LOG_BUFFER, CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES, CU_JIT_INFO_LOG_BUFFER,
+                         CU_JIT_INFO_LOG_BUFFER_SIZE_BYTES};
+  void* values[] = {error_log.data(), reinterpret_cast<void*>(error_log.size()), info_log.data(),
+                    reinterpret_cast<void*>(info_log.size())};
+  CUmodule module = nullptr;
+  CUresult r = cu.cuModuleLoadDataEx(&module, module_artifact->image.c_str(), 4, keys, values);
+  if (r != CUDA_SUCCESS) {
+    error_log.resize(std::strlen(error_log.c_str()));
+    if (r == CUDA_ERROR_INVALID_PTX || r == CUDA_ERROR_INVALID_IMAGE || r == CUDA_ERROR_NO_BINARY_FOR_GPU ||
+        r == CUDA_ERROR_UNSUPPORTED_PTX_VERSION || r == CUDA_ERROR_JIT_COMPILATION_DISABLED)
+      return absl::InvalidArgumentError(absl::StrCat(source.format, " program ", source.entry, " does not load on ",
+                                                     device_->info().id, " (", cu.ErrorText(r), "):\n", error_log));
+    return Check(r, "cuModuleLoadDataEx");
+  }
+  CUfunction function = nullptr;
+  r = cu.cuModuleGetFunction(&function, module, module_artifact->entry.c_str());
+  if (r != CUDA_SUCCESS) {
+    cu.cuModuleUnload(module);
+    if (r == CUDA_ERROR_NOT_FOUND)
+      return absl::InvalidArgumentError(
+          absl::StrCat(source.format, " program has no kernel named ", module_artifact->entry));
+    return Check(r, "cuModuleGetFunction");
+  }
+  return std::make_unique<CudaKernel>(this, module, function, source.signature);
+}
+
+absl::StatusOr<std::optional<absl::Duration>> CudaContext::Launch(const Kernel& kernel, std::span<const ArgValue> args,
+                                                                  const Dim3& global, const Dim3& local, bool wait) {
+  KernelParams params(kernel.signature());
+  params.Pack(args);
+  const CUfunction f = static_cast<const CudaKernel&>(kernel).function();
+  return Timed(wait, [&] {
+    return device_->cu().cuLaunchKernel(f, static_cast<unsigned>(global[0]), static_cast<unsigned>(global[1]),
+                                        static_cast<unsigned>(global[2]), static_cast<unsigned>(local[0]),
+                                        static_cast<unsigned>(local[1]), static_cast<unsigned>(local[2]), 0, stream_,
+                                        params.pointers(), nullptr);
+  });
+}
+
+absl::Status CudaContext::Synchronize() {
+  if (absl::Status s = Bind(); !s.ok()) return s;
+  return Check(device_->cu().cuStreamSynchronize(stream_), "kernel");
+}
+
+absl::StatusOr<std::unique_ptr<DeviceGraph>> CudaContext::Instantiate(
+    std::span<const GraphNode> nodes, std::span<const std::pair<size_t, size_t>> edges) {
+  if (absl::Status s = Bind(); !s.ok()) return s;
+  auto graph = std::make_unique<CudaGraph>(this);
+  if (absl::Status s = graph->Build(nodes, edges); !s.ok()) return s;
+  return graph;
+}
+
+CudaDevice::CudaDevice(std::shared_ptr<CudaLibrary> cu, std::shared_ptr<Nvrtc> nvrtc, CUdevice dev,
+                       CudaDescription description, const CudaDriverOptions& options)
+    : cu_(std::move(cu)),
+      nvrtc_(std::move(nvrtc)),
+      dev_(dev),
+      options_(options),
+      info_(std::move(description.info)),
+      arch_(std::move(description.arch)),
+      memory_(info_.total_memory) {}
+
+CudaDevice::~CudaDevice() {
+  absl::MutexLock lock(&mu_);
+  if (primary_) cu_->cuDevicePrimaryCtxRelease(dev_);
+}
+
+absl::Status CudaDevice::Compile(const ProgramSource& source, const std::filesystem::path& output) {
+  absl::StatusOr<ModuleArtifact> artifact = BuildCudaModule(source, nvrtc_.get(), arch_);
+  if (!artifact.ok()) return artifact.status();
+  return WriteModuleArtifact(*artifact, output);
+}
+
+absl::StatusOr<std::unique_ptr<Context>> CudaDevice::OpenContext() {
+  CUcontext ctx = nullptr;
+  uint64_t id = 0;
+  {
+    absl::MutexLock lock(&mu_);
+    id = next_context_++;
+    if (options_.context == CudaContextPolicy::kPrimary) {
+      if (!primary_)
+        if (CUresult r = cu_->cuDevicePrimaryCtxRetain(&primary_, dev_); r != CUDA_SUCCESS)
+          return absl::UnavailableError(absl::StrCat(info_.id, ": cuDevicePrimaryCtxRetain: ", cu_->ErrorText(r)));
+      ctx = primary_;
+    } else if (CUresult r = cu_->cuCtxCreate(&ctx, nullptr, CU_CTX_SCHED_AUTO, dev_); r != CUDA_SUCCESS) {
+      if (r == CUDA_ERROR_OUT_OF_MEMORY)
+        return absl::ResourceExhaustedError(absl::StrCat(info_.id, ": cuCtxCreate: ", cu_->ErrorText(r)));
+      return absl::UnavailableError(absl::StrCat(info_.id, ": cuCtxCreate: ", cu_->ErrorText(r)));
+    }
+  }
+  auto context = std::make_unique<CudaContext>(this, ctx, options_.context == CudaContextPolicy::kSession, id);
+  if (absl::Status s = context->Open(); !s.ok()) return s;
+  return context;
+}
+
+}  // namespace
+
+std::vector<std::unique_ptr<Device>> CudaDriver::Discover() {
+  std::vector<std::unique_ptr<Device>> devices;
+  unavailable_.clear();
+  absl::StatusOr<std::unique_ptr<CudaLibrary>> loaded = CudaLibrary::Load();
+  if (!loaded.ok()) {
+    unavailable_ = std::string(loaded.status().message());
+    return devices;
+  }
+  std::shared_ptr<CudaLibrary> cu = std::move(*loaded);
+  std::shared_ptr<Nvrtc> nvrtc;
+  if (absl::StatusOr<std::unique_ptr<Nvrtc>> n = Nvrtc::Load(); n.ok()) nvrtc = std::move(*n);
+  int count = 0;
+  if (CUresult r = cu->cuDeviceGetCount(&count); r != CUDA_SUCCESS) {
+    unavailable_ = absl::StrCat("cuDeviceGetCount: ", cu->ErrorText(r));
+    return devices;
+  }
+  for (int i = 0; i < count; ++i) {
+    CUdevice dev = 0;
+    if (CUresult r = cu->cuDeviceGet(&dev, i); r != CUDA_SUCCESS) {
+      absl::StrAppend(&unavailable_, unavailable_.empty() ? "" : "; ", "cuDeviceGet(", i, "): ", cu->ErrorText(r));
+      continue;
+    }
+    absl::StatusOr<CudaDescription> description = Describe(*cu, nvrtc.get(), dev, i);
+    if (!description.ok()) {
+      absl::StrAppend(&unavailable_, unavailable_.empty() ? "" : "; ", description.status().message());
+      continue;
+    }
+    devices.push_back(std::make_unique<CudaDevice>(cu, nvrtc, dev, std::move(*description), options_));
+  }
+  if (count == 0) unavailable_ = "the NVIDIA driver reports no devices";
+  if (!devices.empty()) unavailable_.clear();
+  return devices;
+}
+
+}  // namespace replayd

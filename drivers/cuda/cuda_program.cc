@@ -1,0 +1,31 @@
+#include "drivers/cuda/cuda_program.h"
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+
+namespace replayd {
+
+absl::StatusOr<ModuleArtifact> BuildCudaModule(const ProgramSource& source, const Nvrtc* nvrtc,
+                                               const std::string& arch) {
+  if (source.format == "cuda-c") {
+    if (!nvrtc) return absl::FailedPreconditionError("cuda-c needs NVRTC, which this daemon could not load");
+    absl::StatusOr<PtxProgram> ptx = nvrtc->CompileToPtx(source.code, source.entry, arch, source.options);
+    if (!ptx.ok()) return ptx.status();
+    return ModuleArtifact{ptx->lowered_entry, std::move(ptx->ptx)};
+  }
+  if (source.format != "cuda-ptx" && source.format != "cuda-cubin")
+    return absl::InvalidArgumentError(absl::StrCat("format \"", source.format, "\" is not a CUDA format"));
+  if (!source.options.empty())
+    return absl::InvalidArgumentError(absl::StrCat(source.format, " programs take no options"));
+  if (source.format == "cuda-ptx" && !absl::StrContains(source.code, ".version"))
+    return absl::InvalidArgumentError("cuda-ptx code is not PTX: it has no .version directive");
+  if (source.format == "cuda-ptx" && absl::StrContains(source.code, std::string(1, '\0')))
+    return absl::InvalidArgumentError("cuda-ptx code contains a NUL byte");
+  if (source.format == "cuda-cubin" && !absl::StartsWith(source.code,
+                                                         "\x7f"
+                                                         "ELF"))
+    return absl::InvalidArgumentError("cuda-cubin code is not an ELF image");
+  return ModuleArtifact{source.entry, source.code};
+}
+
+}  // namespace replayd
