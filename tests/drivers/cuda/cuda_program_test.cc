@@ -1,0 +1,121 @@
+// What a CUDA device makes of each program format, checked without a GPU: cuda-c through
+// NVRTC for real, cuda-ptx and cuda-cubin by their form.
+#include "drivers/cuda/cuda_program.h"
+
+#include <gmock/gmock.h>
+
+#include "drivers/cuda/cuda_driver.h"
+
+namespace replayd {
+namespace {
+
+using ::testing::HasSubstr;
+using ::testing::IsEmpty;
+
+constexpr char kScale[] = R"(
+extern "C" __global__ void scale(float *x, int n) {
+  int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < n) x[i] *= 2.0f;
+})";
+
+ProgramSource Source(std::string format, std::string code, std::string entry) {
+  ProgramSource s;
+  s.format = std::move(format);
+  s.code = std::move(code);
+  s.entry = std::move(entry);
+  return s;
+}
+
+class CudaProgramTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    auto n = Nvrtc::Load();
+    if (!n.ok()) GTEST_SKIP() << "no NVRTC on this machine: " << n.status();
+    nvrtc_ = std::move(*n);
+  }
+  std::unique_ptr<Nvrtc> nvrtc_;
+};
+
+TEST_F(CudaProgramTest, CudaCBecomesPtxForTheDevicesArchitecture) {
+  auto module = BuildCudaModule(Source("cuda-c", kScale, "scale"), nvrtc_.get(), "sm_90");
+  ASSERT_TRUE(module.ok()) << module.status();
+  EXPECT_EQ(module->entry, "scale");
+  EXPECT_THAT(module->image, HasSubstr(".target sm_90"));
+  EXPECT_THAT(module->image, HasSubstr(".entry scale("));
+}
+
+TEST_F(CudaProgramTest, ACppKernelIsLookedUpByItsLoweredName) {
+  auto module = BuildCudaModule(Source("cuda-c", "__global__ void twice(float *x) { x[0] *= 2; }", "twice"),
+                                nvrtc_.get(), "sm_80");
+  ASSERT_TRUE(module.ok()) << module.status();
+  EXPECT_NE(module->entry, "twice");
+  EXPECT_THAT(module->image, HasSubstr(".entry " + module->entry));
+  EXPECT_THAT(module->image, HasSubstr(".target sm_80"));
+}
+
+TEST_F(CudaProgramTest, ABrokenCudaCSourceReturnsNvrtcDiagnostics) {
+  auto module = BuildCudaModule(Source("cuda-c", "extern \"C\" __global__ void k(float *x) {\n  x[0] = y;\n}", "k"),
+                                nvrtc_.get(), "sm_90");
+  EXPECT_EQ(module.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(module.status().message()), HasSubstr("program.cu(2)"));
+}
+
+TEST_F(CudaProgramTest, PtxPassesThroughUnderTheProgramsEntry) {
+  auto ptx = nvrtc_->CompileToPtx(kScale, "scale", "sm_90", {});
+  ASSERT_TRUE(ptx.ok()) << ptx.status();
+  auto module = BuildCudaModule(Source("cuda-ptx", ptx->ptx, "scale"), nvrtc_.get(), "sm_90");
+  ASSERT_TRUE(module.ok()) << module.status();
+  EXPECT_EQ(module->entry, "scale");
+  EXPECT_EQ(module->image, ptx->ptx);
+}
+
+TEST(CudaProgramFormTest, PtxAndCubinAreCheckedForTheirForm) {
+  auto refused = [](ProgramSource s) { return BuildCudaModule(s, nullptr, "sm_90").status().code(); };
+  EXPECT_EQ(refused(Source("cuda-ptx", "not ptx at all", "k")), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(refused(Source("cuda-ptx", std::string(".version 8.0\n\0x", 15), "k")),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(refused(Source("cuda-cubin", "MZ\x90\x00", "k")), absl::StatusCode::kInvalidArgument);
+  ProgramSource with_options = Source("cuda-ptx", ".version 8.0\n.target sm_90\n", "k");
+  with_options.options = {"-O3"};
+  EXPECT_EQ(refused(with_options), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(refused(Source("cpu-c", "void k(void) {}", "k")), absl::StatusCode::kInvalidArgument);
+  // Without NVRTC there is no cuda-c.
+  EXPECT_EQ(refused(Source("cuda-c", kScale, "scale")), absl::StatusCode::kFailedPrecondition);
+
+  auto cubin = BuildCudaModule(Source("cuda-cubin", std::string("\x7f" "ELF\x02\x01\x01", 7), "k"), nullptr, "sm_90");
+  ASSERT_TRUE(cubin.ok()) << cubin.status();
+  EXPECT_EQ(cubin->image.size(), 7u);
+  EXPECT_EQ(cubin->entry, "k");
+}
+
+TEST(CudaDriverTest, FindsTheDevicesOrSaysWhyNot) {
+  CudaDriver driver({});
+  auto devices = driver.Discover();
+  if (devices.empty()) {
+    // The development and CI machines have no NVIDIA driver.
+    EXPECT_THAT(driver.unavailable(), HasSubstr("libcuda.so.1"));
+    return;
+  }
+  EXPECT_THAT(driver.unavailable(), IsEmpty());
+  for (size_t i = 0; i < devices.size(); ++i) {
+    const DeviceInfo& info = devices[i]->info();
+    EXPECT_EQ(info.id, "cuda:" + std::to_string(i));
+    EXPECT_EQ(info.kind, DeviceKind::kCuda);
+    EXPECT_FALSE(info.name.empty());
+    EXPECT_GT(info.total_memory, 0u);
+    EXPECT_GE(info.limits.max_local_total, 64u);
+    EXPECT_GE(info.limits.max_global[0], 65535u);
+    EXPECT_THAT(info.target, HasSubstr("sm_"));
+    EXPECT_THAT(info.formats, ::testing::Contains("cuda-ptx"));
+    EXPECT_EQ(devices[i]->memory_in_use(), 0u);
+  }
+}
+
+TEST(CudaContextPolicyTest, ParsesTheTwoPolicies) {
+  EXPECT_EQ(*ParseCudaContextPolicy("session"), CudaContextPolicy::kSession);
+  EXPECT_EQ(*ParseCudaContextPolicy("primary"), CudaContextPolicy::kPrimary);
+  EXPECT_EQ(ParseCudaContextPolicy("shared").status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+}  // namespace
+}  // namespace replayd
