@@ -53,8 +53,8 @@ int Devices(Client& client) {
   if (!devices.ok()) return Fail(devices.status());
   for (const v1::Device& d : *devices) {
     std::cout << absl::StrFormat(
-        "%-8s %-5s %s\n  memory %d MiB total, %d MiB free; formats %s; max global %d; %s\n",
-        d.id(), d.kind(), d.name(), d.total_memory() >> 20, d.free_memory() >> 20,
+        "%-8s %-5s %s (%s)\n  memory %d MiB total, %d MiB free; formats %s; max global %d; %s\n",
+        d.id(), d.kind(), d.name(), d.architecture(), d.total_memory() >> 20, d.free_memory() >> 20,
         absl::StrJoin(d.formats(), ","), d.limits().max_global_total(), d.driver_version());
   }
   return 0;

@@ -53,6 +53,7 @@ struct DeviceInfo {
   LaunchLimits limits;
   std::vector<std::string> formats;  // program formats this device accepts
   std::string driver_version;
+  std::string architecture;  // "sm_90", "gfx90a", "x86_64"
   std::string target;  // compile target, part of every compile key ("x86_64-gcc-12.2")
 };
 

@@ -331,6 +331,7 @@ void ToProto(const DeviceStatus& device, v1::Device* out) {
   limits->set_max_args(info.limits.max_args);
   for (const auto& f : info.formats) out->add_formats(f);
   out->set_driver_version(info.driver_version);
+  out->set_architecture(info.architecture);
 }
 
 }  // namespace replayd

@@ -2,6 +2,7 @@
 
 #include <dlfcn.h>
 #include <sys/mman.h>
+#include <sys/utsname.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -218,6 +219,8 @@ CpuDevice::CpuDevice(CpuDriverOptions options)
   info_.formats = {"cpu-c"};
   info_.driver_version = compiler_.Identify();
   info_.target = info_.driver_version;
+  struct utsname host;
+  info_.architecture = uname(&host) == 0 ? host.machine : "unknown";
 }
 
 absl::Status CpuDevice::Compile(const ProgramSource& source, const std::filesystem::path& output) {

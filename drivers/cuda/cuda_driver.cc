@@ -74,7 +74,7 @@ absl::StatusOr<CudaDescription> Describe(const CudaLibrary& cu, const Nvrtc* nvr
                  attribute(CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_Z)};
   l.max_local_total = attribute(CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_BLOCK);
   l.max_args = 64;
-  d.arch = absl::StrCat("sm_", attribute(CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR),
+  info.architecture = d.arch = absl::StrCat("sm_", attribute(CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR),
                         attribute(CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR));
   info.formats = {"cuda-ptx", "cuda-cubin"};
   if (nvrtc) info.formats.push_back("cuda-c");

@@ -15,7 +15,8 @@ TEST(DeviceMemoryTest, ReservesUpToTheTotalAndNoMore) {
   EXPECT_TRUE(memory.Reserve("gpu:0", 600).ok());
   absl::Status over = memory.Reserve("gpu:0", 401);
   EXPECT_EQ(over.code(), absl::StatusCode::kResourceExhausted);
-  EXPECT_THAT(std::string(over.message()), HasSubstr("gpu:0: allocation of 401 bytes exceeds free memory (400 of 1000"));
+  EXPECT_THAT(std::string(over.message()),
+              HasSubstr("gpu:0: allocation of 401 bytes exceeds free memory (400 of 1000"));
   EXPECT_EQ(memory.in_use(), 600u);  // a refused reservation holds nothing
   EXPECT_TRUE(memory.Reserve("gpu:0", 400).ok());
   memory.Release(1000);

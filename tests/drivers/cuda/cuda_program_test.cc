@@ -72,8 +72,7 @@ TEST_F(CudaProgramTest, PtxPassesThroughUnderTheProgramsEntry) {
 TEST(CudaProgramFormTest, PtxAndCubinAreCheckedForTheirForm) {
   auto refused = [](ProgramSource s) { return BuildCudaModule(s, nullptr, "sm_90").status().code(); };
   EXPECT_EQ(refused(Source("cuda-ptx", "not ptx at all", "k")), absl::StatusCode::kInvalidArgument);
-  EXPECT_EQ(refused(Source("cuda-ptx", std::string(".version 8.0\n\0x", 15), "k")),
-            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(refused(Source("cuda-ptx", std::string(".version 8.0\n\0x", 15), "k")), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(refused(Source("cuda-cubin", "MZ\x90\x00", "k")), absl::StatusCode::kInvalidArgument);
   ProgramSource with_options = Source("cuda-ptx", ".version 8.0\n.target sm_90\n", "k");
   with_options.options = {"-O3"};
@@ -82,7 +81,12 @@ TEST(CudaProgramFormTest, PtxAndCubinAreCheckedForTheirForm) {
   // Without NVRTC there is no cuda-c.
   EXPECT_EQ(refused(Source("cuda-c", kScale, "scale")), absl::StatusCode::kFailedPrecondition);
 
-  auto cubin = BuildCudaModule(Source("cuda-cubin", std::string("\x7f" "ELF\x02\x01\x01", 7), "k"), nullptr, "sm_90");
+  auto cubin = BuildCudaModule(Source("cuda-cubin",
+                                      std::string("\x7f"
+                                                  "ELF\x02\x01\x01",
+                                                  7),
+                                      "k"),
+                               nullptr, "sm_90");
   ASSERT_TRUE(cubin.ok()) << cubin.status();
   EXPECT_EQ(cubin->image.size(), 7u);
   EXPECT_EQ(cubin->entry, "k");

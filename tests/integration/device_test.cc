@@ -1,0 +1,372 @@
+// One suite for every kind of device: the same tests over loopback on cpu:0 here, and on
+// cuda:0 or hip:0 where the machine has one (skipped with the reason otherwise), with
+// the kernels written in each program format the device accepts.
+#include <gmock/gmock.h>
+
+#include <random>
+
+#include "absl/strings/str_split.h"
+#include "tests/integration/daemon_fixture.h"
+#ifdef REPLAYD_WITH_CUDA
+#include "drivers/cuda/cuda_driver.h"
+#include "drivers/cuda/nvrtc.h"
+#endif
+
+namespace replayd::client {
+namespace {
+
+using ::testing::HasSubstr;
+
+constexpr int64_t kN = 1000;  // not a multiple of any block size
+constexpr int64_t kBlock = 64;
+const Variable kCount{"n", 1, kN, 1};
+const Variable kPos{"pos", 0, 1000, 1};
+
+// The kernels of the suite in one format, and how their launches are shaped there.
+struct Kernels {
+  ProgramSpec add;          // out[i] = a[i] + b[i], i < n
+  ProgramSpec affine;       // out[i] = in[i] * 2 + k, i < n
+  ProgramSpec fault;        // stores through a null pointer (GPU formats only)
+  std::string broken_code;  // a source that does not compile or load
+  std::string diagnostic;   // what its diagnostics say
+  // Launch dimensions covering `n` elements: an expression of n's text.
+  std::function<std::pair<std::vector<Dim>, std::vector<Dim>>(const std::string& n)> dims;
+};
+
+// cpu-c: one invocation per element, its index as the core id.
+Kernels CpuKernels() {
+  Kernels k;
+  k.add = {"cpu-c",
+           "void add(float *out, const float *a, const float *b, int n, int i) { if (i < n) out[i] = a[i] + b[i]; }",
+           "add",
+           *ParseSignature("out,in,in,int32", true),
+           {}};
+  k.affine = {"cpu-c",
+              "void affine(float *out, const float *in, int n, int k, int i) {\n"
+              "  if (i < n) out[i] = in[i] * 2.0f + (float)k;\n}",
+              "affine",
+              *ParseSignature("out,in,int32,int32", true),
+              {}};
+  k.broken_code = "void add(float *out) {\n  out[0] = undeclared;\n}\n";
+  k.diagnostic = "undeclared";
+  k.dims = [](const std::string& n) { return std::pair<std::vector<Dim>, std::vector<Dim>>{{Expr{n}}, {}}; };
+  return k;
+}
+
+// CUDA C and HIP C: the same source, a thread per element in blocks of kBlock.
+constexpr char kGpuSource[] = R"(
+extern "C" __global__ void add(float *out, const float *a, const float *b, int n) {
+  int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < n) out[i] = a[i] + b[i];
+}
+extern "C" __global__ void affine(float *out, const float *in, int n, int k) {
+  int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < n) out[i] = in[i] * 2.0f + (float)k;
+}
+extern "C" __global__ void fault(float *out) {
+  float *volatile nowhere = 0;
+  *nowhere = out[0];
+}
+)";
+
+Kernels GpuKernels(const std::string& format, const std::string& code) {
+  Kernels k;
+  k.add = {format, code, "add", *ParseSignature("out,in,in,int32"), {}};
+  k.affine = {format, code, "affine", *ParseSignature("out,in,int32,int32"), {}};
+  k.fault = {format, code, "fault", *ParseSignature("inout"), {}};
+  k.dims = [](const std::string& n) {
+    return std::pair<std::vector<Dim>, std::vector<Dim>>{{Expr{"(" + n + " + 63) // 64"}}, {uint64_t{kBlock}}};
+  };
+  return k;
+}
+
+struct DeviceCase {
+  std::string device;  // "cuda:0"
+  std::string format;  // the format its kernels are given in
+};
+
+std::string CaseName(const ::testing::TestParamInfo<DeviceCase>& info) {
+  std::string name = info.param.device + "_" + info.param.format;
+  for (char& c : name)
+    if (!isalnum(static_cast<unsigned char>(c))) c = '_';
+  return name;
+}
+
+// Why the daemon lists no such device.
+std::string WhyMissing(const std::string& device) {
+  const std::string kind = device.substr(0, device.find(':'));
+#ifdef REPLAYD_WITH_CUDA
+  if (kind == "cuda") {
+    CudaDriver driver({});
+    if (driver.Discover().empty()) return driver.unavailable();
+    return "the NVIDIA driver reports fewer devices";
+  }
+#endif
+  return "this build has no " + kind + " driver";
+}
+
+std::vector<float> Random(size_t n, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> d(-4, 4);
+  std::vector<float> v(n);
+  for (auto& x : v) x = d(rng);
+  return v;
+}
+
+class DeviceTest : public DaemonFixture, public ::testing::WithParamInterface<DeviceCase> {
+ protected:
+  void SetUp() override {
+    DaemonOptions d;
+    d.listen = "127.0.0.1:0";
+    d.engine.cache_dir = cache_.path();
+    d.cpu.memory_limit = 256 << 20;
+    d.devices = absl::StrSplit(kKnownDeviceKinds, ',');
+    auto started = Daemon::Start(d);
+    ASSERT_TRUE(started.ok()) << started.status();
+    daemon_ = std::move(*started);
+    client_ = std::make_unique<Client>(Client::Connect(daemon_->address()));
+    auto devices = client_->ListDevices();
+    ASSERT_TRUE(devices.ok()) << devices.status();
+    for (const v1::Device& device : *devices)
+      if (device.id() == GetParam().device) device_ = device;
+    if (device_.id().empty())
+      GTEST_SKIP() << GetParam().device << " is not on this machine: " << WhyMissing(GetParam().device);
+    ASSERT_THAT(device_.formats(), ::testing::Contains(GetParam().format));
+    absl::StatusOr<Kernels> kernels = KernelsFor(GetParam().format);
+    if (!kernels.ok()) GTEST_SKIP() << kernels.status();
+    kernels_ = std::move(*kernels);
+    auto session = client_->OpenSession(device_.id());
+    ASSERT_TRUE(session.ok()) << session.status();
+    session_ = std::make_unique<Session>(std::move(*session));
+  }
+
+  absl::StatusOr<Kernels> KernelsFor(const std::string& format) {
+    if (format == "cpu-c") return CpuKernels();
+    if (format == "cuda-c" || format == "hip-c") {
+      Kernels k = GpuKernels(format, kGpuSource);
+      k.broken_code = "extern \"C\" __global__ void add(float *out) {\n  out[0] = undeclared;\n}\n";
+      k.diagnostic = "undeclared";
+      return k;
+    }
+#ifdef REPLAYD_WITH_CUDA
+    if (format == "cuda-ptx") {
+      // The client compiles to PTX itself, for the device's architecture.
+      auto nvrtc = Nvrtc::Load();
+      if (!nvrtc.ok()) return nvrtc.status();
+      auto ptx = (*nvrtc)->CompileToPtx(kGpuSource, "add", device_.architecture(), {});
+      if (!ptx.ok()) return ptx.status();
+      Kernels k = GpuKernels(format, ptx->ptx);
+      k.broken_code = ".version 8.0\n.target " + device_.architecture() + "\n.address_size 64\n.visible .entry add(\n";
+      k.diagnostic = "does not load";
+      return k;
+    }
+#endif
+    return absl::UnavailableError("the suite has no kernels in " + format + " in this build");
+  }
+
+  Buffer Alloc(uint64_t bytes) {
+    auto b = session_->Alloc(bytes);
+    EXPECT_TRUE(b.ok()) << b.status();
+    return std::move(*b);
+  }
+
+  Program Load(const ProgramSpec& spec) {
+    auto p = session_->Load(spec);
+    EXPECT_TRUE(p.ok()) << p.status();
+    return std::move(*p);
+  }
+
+  // A launch of `program` over n elements with `args`, n bound to the variable n.
+  LaunchSpec Over(std::vector<KernelArg> args, int64_t n) {
+    LaunchSpec spec;
+    spec.args = std::move(args);
+    std::tie(spec.global, spec.local) = kernels_.dims("n");
+    spec.variables = {{kCount, n}};
+    return spec;
+  }
+
+  std::vector<float> ReadFloats(const Buffer& b, size_t n) {
+    auto v = session_->ReadVector<float>(b, n);
+    EXPECT_TRUE(v.ok()) << v.status();
+    return v.ok() ? *v : std::vector<float>();
+  }
+
+  uint64_t FreeMemoryOf(const std::string& id) {
+    auto devices = client_->ListDevices();
+    EXPECT_TRUE(devices.ok()) << devices.status();
+    for (const v1::Device& d : devices.ok() ? *devices : std::vector<v1::Device>())
+      if (d.id() == id) return d.free_memory();
+    return 0;
+  }
+
+  v1::Device device_;
+  Kernels kernels_;
+  std::unique_ptr<Session> session_;
+};
+
+TEST_P(DeviceTest, ListsTheDeviceWithWhatItIs) {
+  EXPECT_FALSE(device_.name().empty());
+  EXPECT_FALSE(device_.architecture().empty());
+  EXPECT_GT(device_.total_memory(), 0u);
+  EXPECT_LE(device_.free_memory(), device_.total_memory());
+  EXPECT_GT(device_.limits().max_global_total(), 0u);
+  EXPECT_EQ(device_.kind(), device_.id().substr(0, device_.id().find(':')));
+}
+
+TEST_P(DeviceTest, WritesAndReadsBackAcrossStagingChunks) {
+  const size_t n = (3 << 20) / 4 + 5;  // more than two 1 MiB staging chunks, not a multiple
+  std::vector<float> data = Random(n, 1);
+  Buffer b = Alloc(n * 4);
+  ASSERT_TRUE(session_->WriteVector(b, data).ok());
+  EXPECT_EQ(ReadFloats(b, n), data);
+  // A read at an offset inside the second chunk.
+  std::vector<uint8_t> part(4096);
+  ASSERT_TRUE(session_->Read(b, (1 << 20) + 12, part).ok());
+  EXPECT_EQ(0, std::memcmp(part.data(), reinterpret_cast<const uint8_t*>(data.data()) + (1 << 20) + 12, part.size()));
+}
+
+TEST_P(DeviceTest, NewBuffersAreZeroed) {
+  Buffer b = Alloc(kN * 4);
+  EXPECT_EQ(ReadFloats(b, kN), std::vector<float>(kN, 0.0f));
+}
+
+TEST_P(DeviceTest, AnEagerLaunchComputes) {
+  Program add = Load(kernels_.add);
+  std::vector<float> a = Random(kN, 2), b = Random(kN, 3);
+  Buffer ba = Alloc(kN * 4), bb = Alloc(kN * 4), out = Alloc(kN * 4);
+  ASSERT_TRUE(session_->WriteVector(ba, a).ok());
+  ASSERT_TRUE(session_->WriteVector(bb, b).ok());
+  LaunchSpec spec = Over({View{&out}, View{&ba}, View{&bb}, Expr{"n"}}, kN);
+  spec.wait = true;
+  auto launched = session_->Launch(add, spec);
+  ASSERT_TRUE(launched.ok()) << launched.status();
+  EXPECT_GT(launched->device_seconds(), 0);
+  std::vector<float> got = ReadFloats(out, kN);
+  ASSERT_EQ(got.size(), static_cast<size_t>(kN));
+  for (int64_t i = 0; i < kN; ++i) ASSERT_FLOAT_EQ(got[i], a[i] + b[i]) << i;
+}
+
+TEST_P(DeviceTest, ACapturedChainReplaysWithVariablesAsParameters) {
+  Program affine = Load(kernels_.affine);
+  std::vector<float> in = Random(kN, 4);
+  Buffer bin = Alloc(kN * 4), out = Alloc(kN * 4);
+  ASSERT_TRUE(session_->WriteVector(bin, in).ok());
+  // 40 calls (more than the first batch of 32): in -> t -> t' ... -> out, k = pos + step.
+  ASSERT_TRUE(session_->BeginCapture({&bin}, {kCount, kPos}).ok());
+  constexpr int kCalls = 40;
+  std::vector<Buffer> temps;
+  for (int c = 0; c < kCalls - 1; ++c) temps.push_back(Alloc(kN * 4));
+  for (int c = 0; c < kCalls; ++c) {
+    const Buffer* src = c == 0 ? &bin : &temps[c - 1];
+    const Buffer* dst = c == kCalls - 1 ? &out : &temps[c];
+    LaunchSpec spec = Over({View{dst}, View{src}, Expr{"n"}, Expr{"pos + " + std::to_string(c % 3)}}, kN);
+    spec.variables.push_back({kPos, 7});
+    ASSERT_TRUE(session_->Launch(affine, spec).ok());
+  }
+  temps.clear();
+  auto graph = session_->EndCapture({&out});
+  ASSERT_TRUE(graph.ok()) << graph.status();
+  EXPECT_GE(graph->info().batches(), 2u);
+  // out = (...((in * 2 + k0) * 2 + k1)...): computed in doubles here, like the device's
+  // floats for these small values.
+  auto expect = [&](int64_t n, int64_t p, size_t i) {
+    if (static_cast<int64_t>(i) >= n) return 0.0f;
+    float v = in[i];
+    for (int c = 0; c < kCalls; ++c) v = v * 2.0f + static_cast<float>(p + c % 3);
+    return v;
+  };
+  for (auto [n, p] : {std::pair<int64_t, int64_t>{kN, 3}, {kN, 11}, {kN / 2 + 1, 5}}) {
+    std::vector<float> zero(kN, 0.0f);
+    ASSERT_TRUE(session_->WriteVector(out, zero).ok());
+    auto r = session_->Replay(*graph, {&bin, &out, n, p}, /*wait=*/true, {View{&out, 0, kN * 4}});
+    ASSERT_TRUE(r.ok()) << r.status();
+    ASSERT_EQ(r->reads.size(), 1u);
+    ASSERT_EQ(r->reads[0].size(), static_cast<size_t>(kN * 4));
+    const float* got = reinterpret_cast<const float*>(r->reads[0].data());
+    for (size_t i = 0; i < static_cast<size_t>(kN); ++i)
+      ASSERT_FLOAT_EQ(got[i], expect(n, p, i)) << n << " " << p << " " << i;
+  }
+}
+
+TEST_P(DeviceTest, AReplaySequenceStepsItsVariable) {
+  Program affine = Load(kernels_.affine);
+  std::vector<float> in = Random(kN, 5);
+  Buffer bin = Alloc(kN * 4), out = Alloc(kN * 4);
+  ASSERT_TRUE(session_->WriteVector(bin, in).ok());
+  ASSERT_TRUE(session_->BeginCapture({&bin}, {kCount, kPos}).ok());
+  LaunchSpec spec = Over({View{&out}, View{&bin}, Expr{"n"}, Expr{"pos"}}, kN);
+  spec.variables.push_back({kPos, 0});
+  ASSERT_TRUE(session_->Launch(affine, spec).ok());
+  auto graph = session_->EndCapture({&out});
+  ASSERT_TRUE(graph.ok()) << graph.status();
+  SequenceSpec seq;
+  seq.base = {&bin, &out, kN, int64_t{17}};
+  seq.step_param = 3;
+  seq.count = 8;
+  seq.reads = {View{&out, 0, 4 * 4}};
+  seq.stream_reads = true;
+  std::vector<std::vector<float>> seen;
+  auto r = session_->ReplaySequence(*graph, seq, [&](uint32_t, std::vector<std::string> reads) {
+    const float* f = reinterpret_cast<const float*>(reads[0].data());
+    seen.emplace_back(f, f + 4);
+  });
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->replays, 8u);
+  ASSERT_EQ(seen.size(), 8u);
+  for (int s = 0; s < 8; ++s)
+    for (int i = 0; i < 4; ++i) EXPECT_FLOAT_EQ(seen[s][i], in[i] * 2.0f + static_cast<float>(17 + s)) << s;
+}
+
+TEST_P(DeviceTest, ABrokenProgramReturnsItsDiagnostics) {
+  ProgramSpec broken = kernels_.add;
+  broken.code = kernels_.broken_code;
+  auto p = session_->Load(broken);
+  ASSERT_EQ(p.status().code(), absl::StatusCode::kInvalidArgument) << p.status();
+  EXPECT_THAT(std::string(p.status().message()), HasSubstr(kernels_.diagnostic));
+  // The session goes on.
+  Program add = Load(kernels_.add);
+  EXPECT_NE(add.handle(), 0u);
+}
+
+TEST_P(DeviceTest, AFaultingKernelFailsOnlyItsSession) {
+  if (kernels_.fault.code.empty()) GTEST_SKIP() << GetParam().format << " kernels run in the daemon's own process";
+  auto other = client_->OpenSession(device_.id());
+  ASSERT_TRUE(other.ok()) << other.status();
+  Buffer mine = Alloc(64);
+  Program fault = Load(kernels_.fault);
+  LaunchSpec spec;
+  spec.args = {View{&mine}};
+  spec.wait = true;
+  auto launched = session_->Launch(fault, spec);
+  EXPECT_FALSE(launched.ok());
+  // The faulted session says so from then on.
+  auto read = session_->ReadVector<float>(mine, 1);
+  EXPECT_EQ(read.status().code(), absl::StatusCode::kFailedPrecondition) << read.status();
+  EXPECT_THAT(std::string(read.status().message()), HasSubstr("kernel fault"));
+  // Another session on the same device computes as before, while the faulted one is open.
+  std::unique_ptr<Session> faulted = std::move(session_);
+  session_ = std::make_unique<Session>(std::move(*other));
+  Program add = Load(kernels_.add);
+  Buffer a = Alloc(kN * 4), out = Alloc(kN * 4);
+  ASSERT_TRUE(session_->WriteVector(a, std::vector<float>(kN, 1.5f)).ok());
+  ASSERT_TRUE(session_->Launch(add, Over({View{&out}, View{&a}, View{&a}, Expr{"n"}}, kN)).ok());
+  EXPECT_EQ(ReadFloats(out, kN), std::vector<float>(kN, 3.0f));
+}
+
+TEST_P(DeviceTest, ClosingTheSessionGivesBackItsMemory) {
+  const uint64_t before = FreeMemoryOf(device_.id());
+  {
+    Buffer b = Alloc(8 << 20);
+    EXPECT_LE(FreeMemoryOf(device_.id()), before - (8 << 20));
+  }
+  ASSERT_TRUE(session_->Close().ok());
+  EXPECT_EQ(FreeMemoryOf(device_.id()), before);
+}
+
+INSTANTIATE_TEST_SUITE_P(Devices, DeviceTest,
+                         ::testing::Values(DeviceCase{"cpu:0", "cpu-c"}, DeviceCase{"cuda:0", "cuda-c"},
+                                           DeviceCase{"cuda:0", "cuda-ptx"}, DeviceCase{"hip:0", "hip-c"}),
+                         CaseName);
+
+}  // namespace
+}  // namespace replayd::client
