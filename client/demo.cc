@@ -39,7 +39,10 @@ struct Weights {
   static Weights Make() {
     Weights w;
     uint32_t seed = 1;
-    auto gain = [](size_t n) { std::vector<float> g(n, 1.0f); return g; };
+    auto gain = [](size_t n) {
+      std::vector<float> g(n, 1.0f);
+      return g;
+    };
     w.tok_emb = PseudoRandom(size_t{kVocab} * kD, seed++, 1.0f);
     w.pos_emb = PseudoRandom(size_t{kCtx} * kD, seed++, 0.1f);
     w.lnf = gain(kD);
@@ -113,13 +116,12 @@ class HostModel {
     const float inv = 1.0f / std::sqrt(ss / float(kD) + 1e-5f);
     for (int i = 0; i < kD; ++i) out[i] = x[i] * inv * g[i];
   }
-  static void MatVec(std::vector<float>& out, const std::vector<float>& x, const std::vector<float>& w,
-                     int rows, int cols, int mode) {
+  static void MatVec(std::vector<float>& out, const std::vector<float>& x, const std::vector<float>& w, int rows,
+                     int cols, int mode) {
     std::vector<float> acc(cols, 0.0f);
     for (int i = 0; i < rows; ++i)
       for (int j = 0; j < cols; ++j) acc[j] += x[i] * w[size_t(i) * cols + j];
-    for (int j = 0; j < cols; ++j)
-      out[j] = mode == 1 ? out[j] + acc[j] : (mode == 2 ? std::max(acc[j], 0.0f) : acc[j]);
+    for (int j = 0; j < cols; ++j) out[j] = mode == 1 ? out[j] + acc[j] : (mode == 2 ? std::max(acc[j], 0.0f) : acc[j]);
   }
 
   const Weights& w_;
@@ -129,10 +131,15 @@ class HostModel {
 // The model's state on the device: programs, weights and the KV cache in session buffers.
 class DeviceModel {
  public:
-  explicit DeviceModel(Session& s) : s_(s) {}
+  // `device` picks the kernels: CUDA C on cuda devices, C elsewhere.
+  DeviceModel(Session& s, const std::string& device) : s_(s), cuda_(device.rfind("cuda:", 0) == 0) {}
 
   absl::Status Load(const Weights& w, int* cache_hits, double* compile_seconds) {
-    struct Def { const char* entry; const char* signature; bool core; };
+    struct Def {
+      const char* entry;
+      const char* signature;
+      bool core;
+    };
     const Def defs[] = {{"embed", "out,in,in,in,int32,int32", false},
                         {"argmax", "out,in,int32", false},
                         {"rmsnorm", "out,in,in,int32", false},
@@ -142,9 +149,11 @@ class DeviceModel {
                         {"attn_softmax", "inout,int32,int32", true},
                         {"attn_mix", "out,in,in,int32,int32,int32,int32", true}};
     for (const Def& d : defs) {
-      absl::StatusOr<v1::Signature> sig = ParseSignature(d.signature, d.core);
+      // On CUDA the invocation index is the block index, not an argument.
+      absl::StatusOr<v1::Signature> sig = ParseSignature(d.signature, d.core && !cuda_);
       if (!sig.ok()) return sig.status();
-      absl::StatusOr<Program> p = s_.Load({"cpu-c", DemoKernel("decode"), d.entry, *sig, {"-O2"}});
+      absl::StatusOr<Program> p = cuda_ ? s_.Load({"cuda-c", DemoKernel("decode.cu"), d.entry, *sig, {}})
+                                        : s_.Load({"cpu-c", DemoKernel("decode.c"), d.entry, *sig, {"-O2"}});
       if (!p.ok()) return p.status();
       *cache_hits += p->info().cache_hit();
       *compile_seconds += p->info().compile_seconds();
@@ -195,8 +204,8 @@ class DeviceModel {
     if (st.ok()) st = alloc(&sc.h, kD);
     sc.layers.resize(layer_sets);
     for (LayerScratch& l : sc.layers) {
-      for (auto [b, floats] : {std::pair{&l.h, kD}, {&l.qkv, 3 * kD}, {&l.scores, kHeads * kCtx},
-                               {&l.att, kD}, {&l.ff, kFf}})
+      for (auto [b, floats] :
+           {std::pair{&l.h, kD}, {&l.qkv, 3 * kD}, {&l.scores, kHeads * kCtx}, {&l.att, kD}, {&l.ff, kFf}})
         if (st.ok()) st = alloc(b, floats);
     }
     if (!st.ok()) return st;
@@ -215,11 +224,13 @@ class DeviceModel {
       return s_.Launch(programs_.at(entry), spec).status();
     };
     auto matvec = [&](const Buffer& out, const Buffer& x, const Buffer& w, int rows, int cols, int mode) {
-      return launch("matvec", {View{&out}, View{&x}, View{&w}, int64_t{rows}, int64_t{cols}, int64_t{kChunk}, int64_t{mode}},
+      return launch("matvec",
+                    {View{&out}, View{&x}, View{&w}, int64_t{rows}, int64_t{cols}, int64_t{kChunk}, int64_t{mode}},
                     {uint64_t(cols / kChunk)});
     };
     const int64_t d = kD, heads = kHeads, ctx = kCtx;
-    absl::Status st = launch("embed", {View{&sc.x}, View{&weights_[0]}, View{&weights_[1]}, View{&tok}, Expr{"pos"}, d}, {uint64_t{1}});
+    absl::Status st = launch("embed", {View{&sc.x}, View{&weights_[0]}, View{&weights_[1]}, View{&tok}, Expr{"pos"}, d},
+                             {uint64_t{1}});
     for (int l = 0; l < kLayers && st.ok(); ++l) {
       const Buffer* L = &weights_[4 + 6 * l];
       const Buffer &k = kv_[2 * l], &v = kv_[2 * l + 1];
@@ -250,6 +261,7 @@ class DeviceModel {
 
  private:
   Session& s_;
+  const bool cuda_;
   std::map<std::string, Program> programs_;
   std::vector<Buffer> weights_, kv_;
   uint64_t weight_bytes_ = 0;
@@ -272,9 +284,7 @@ double Percentile(std::vector<double> v, double p) {
   return v.empty() ? 0 : v[std::min(v.size() - 1, size_t(p * double(v.size() - 1) + 0.5))];
 }
 
-double Millis(std::chrono::steady_clock::duration d) {
-  return std::chrono::duration<double, std::milli>(d).count();
-}
+double Millis(std::chrono::steady_clock::duration d) { return std::chrono::duration<double, std::milli>(d).count(); }
 
 int64_t TokenOf(const std::string& bytes) {
   int32_t t = 0;
@@ -297,7 +307,7 @@ absl::Status RunDemo(Client& client, const DemoOptions& options, std::ostream& o
   absl::StatusOr<Session> session = client.OpenSession(options.device);
   if (!session.ok()) return session.status();
   const Weights weights = Weights::Make();
-  DeviceModel model(*session);
+  DeviceModel model(*session, options.device);
   int hits = 0;
   double compile_s = 0;
   if (absl::Status s = model.Load(weights, &hits, &compile_s); !s.ok()) return s;
@@ -375,8 +385,8 @@ absl::Status RunDemo(Client& client, const DemoOptions& options, std::ostream& o
   spec.reads = reads;
   spec.stream_reads = true;
   start = std::chrono::steady_clock::now();
-  absl::StatusOr<SequenceResult> seq = session->ReplaySequence(
-      *graph, spec, [&](uint32_t index, std::vector<std::string> r) { check(int(index), r); });
+  absl::StatusOr<SequenceResult> seq =
+      session->ReplaySequence(*graph, spec, [&](uint32_t index, std::vector<std::string> r) { check(int(index), r); });
   if (!seq.ok()) return seq.status();
   sequence.seconds = Millis(std::chrono::steady_clock::now() - start) / 1e3;
 
@@ -397,12 +407,12 @@ absl::Status RunDemo(Client& client, const DemoOptions& options, std::ostream& o
   absl::StatusOr<v1::GraphReply> info = session->DescribeGraph(*graph);
   if (!info.ok()) return info.status();
 
+  out << absl::StrFormat("replayd decode demo on %s: %d layers, width %d, %d heads, vocabulary %d, context %d\n",
+                         options.device, kLayers, kD, kHeads, kVocab, kCtx);
   out << absl::StrFormat(
-      "replayd decode demo on %s: %d layers, width %d, %d heads, vocabulary %d, context %d\n",
-      options.device, kLayers, kD, kHeads, kVocab, kCtx);
-  out << absl::StrFormat("programs: %d loaded, %d from the compile cache, %.2f s compiling; "
-                         "weights %.1f MiB in constant buffers\n",
-                         model.program_count(), hits, compile_s, model.weight_bytes() / 1048576.0);
+      "programs: %d loaded, %d from the compile cache, %.2f s compiling; "
+      "weights %.1f MiB in constant buffers\n",
+      model.program_count(), hits, compile_s, model.weight_bytes() / 1048576.0);
   out << absl::StrFormat("graph %s: %d calls, %d batch(es) per step, arena %d bytes, plan saved %d bytes\n",
                          info->key().substr(0, 16), info->calls(), info->batches(), info->arena_bytes(),
                          info->plan_saved_bytes());
@@ -422,13 +432,13 @@ absl::Status RunDemo(Client& client, const DemoOptions& options, std::ostream& o
   for (double ms : eager.ms) eager.seconds += ms / 1e3;
   row(absl::StrCat("eager, ", info->calls() + 1, " RPCs per token"), eager, int(eager.ms.size()));
   out << absl::StrFormat("instantiations %d (at capture; %d more during generation), replays %d\n",
-                         graph->info().cache_hit() ? 0 : 1,
-                         info->cache().instantiations() - instantiations_at_capture, info->replays());
-  out << absl::StrFormat("logits against the host reference at every step of every mode: max |error| %.3g "
-                         "(tolerance %.0e): %s\n",
-                         max_err, kTolerance, max_err <= kTolerance ? "OK" : "FAILED");
-  if (max_err > kTolerance)
-    return absl::FailedPreconditionError(absl::StrCat("decode logits off by ", max_err));
+                         graph->info().cache_hit() ? 0 : 1, info->cache().instantiations() - instantiations_at_capture,
+                         info->replays());
+  out << absl::StrFormat(
+      "logits against the host reference at every step of every mode: max |error| %.3g "
+      "(tolerance %.0e): %s\n",
+      max_err, kTolerance, max_err <= kTolerance ? "OK" : "FAILED");
+  if (max_err > kTolerance) return absl::FailedPreconditionError(absl::StrCat("decode logits off by ", max_err));
   return absl::OkStatus();
 }
 

@@ -15,7 +15,7 @@
 
 namespace replayd::client {
 
-// The C source of the shipped demo kernel file `name` ("decode").
+// The source of the shipped demo kernel file `name` ("decode.c", "decode.cu").
 std::string DemoKernel(const std::string& name);
 
 struct DemoOptions {

@@ -4,6 +4,9 @@
 
 #include <gmock/gmock.h>
 
+#include <fstream>
+#include <sstream>
+
 #include "drivers/cuda/cuda_driver.h"
 
 namespace replayd {
@@ -119,6 +122,26 @@ TEST(CudaContextPolicyTest, ParsesTheTwoPolicies) {
   EXPECT_EQ(*ParseCudaContextPolicy("session"), CudaContextPolicy::kSession);
   EXPECT_EQ(*ParseCudaContextPolicy("primary"), CudaContextPolicy::kPrimary);
   EXPECT_EQ(ParseCudaContextPolicy("shared").status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+}  // namespace
+}  // namespace replayd
+
+namespace replayd {
+namespace {
+
+// The decode demo's CUDA kernels compile for the H100/H200 architecture, every entry.
+TEST_F(CudaProgramTest, TheDemosCudaKernelsCompile) {
+  std::ifstream in(std::string(REPLAYD_SOURCE_DIR) + "/client/kernels/decode.cu");
+  std::stringstream code;
+  code << in.rdbuf();
+  ASSERT_FALSE(code.str().empty());
+  for (const char* entry :
+       {"embed", "rmsnorm", "matvec", "kv_store", "attn_scores", "attn_softmax", "attn_mix", "argmax"}) {
+    auto module = BuildCudaModule(Source("cuda-c", code.str(), entry), nvrtc_.get(), "sm_90");
+    ASSERT_TRUE(module.ok()) << entry << ": " << module.status();
+    EXPECT_EQ(module->entry, entry);
+  }
 }
 
 }  // namespace
