@@ -1,14 +1,16 @@
 #!/usr/bin/env bash
 # The demo job on a fresh Debian 12 machine: install what is missing, build, start
-# replayd on loopback with the CPU device, run `replayctl demo`, stop the daemon.
+# replayd on loopback with the CPU device (or $REPLAYD_DEMO_DEVICE, e.g. cuda:0), run
+# `replayctl demo`, stop the daemon.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash deploy/build.sh
 build_dir=${BUILD_DIR:-build}
 port=${REPLAYD_DEMO_PORT:-7070}
+device=${REPLAYD_DEMO_DEVICE:-cpu:0}
 cache_dir=$(mktemp -d)
 log=$(mktemp)
-"$build_dir/server/replayd" --listen "127.0.0.1:$port" --devices cpu \
+"$build_dir/server/replayd" --listen "127.0.0.1:$port" --devices "${device%%:*}" \
   --cache_dir "$cache_dir" --log_level warn >"$log" 2>&1 &
 daemon=$!
 cleanup() {
@@ -23,4 +25,4 @@ for _ in $(seq 100); do
 done
 "$build_dir/client/replayctl" --target "127.0.0.1:$port" devices
 echo
-"$build_dir/client/replayctl" --target "127.0.0.1:$port" demo
+"$build_dir/client/replayctl" --target "127.0.0.1:$port" --device "$device" demo
