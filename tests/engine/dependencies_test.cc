@@ -35,22 +35,37 @@ class FakeContext : public Context {
     return std::optional<absl::Duration>();
   }
   absl::Status Synchronize() override { return {}; }
+  struct Patched {
+    size_t node;
+    std::vector<ArgValue> args;
+    Dim3 global;
+  };
+  // Records every update it gets.
   class NullGraph : public DeviceGraph {
-    absl::Status Update(size_t, std::span<const ArgValue>, const Dim3&, const Dim3&) override { return {}; }
+   public:
+    explicit NullGraph(std::vector<Patched>* updates) : updates_(updates) {}
+    absl::Status Update(size_t node, std::span<const ArgValue> args, const Dim3& global, const Dim3&) override {
+      updates_->push_back({node, std::vector<ArgValue>(args.begin(), args.end()), global});
+      return {};
+    }
     absl::StatusOr<std::optional<absl::Duration>> Launch(bool) override {
       return std::optional<absl::Duration>();
     }
+
+   private:
+    std::vector<Patched>* updates_;
   };
   // Records the nodes and edges of every batch it instantiates.
   absl::StatusOr<std::unique_ptr<DeviceGraph>> Instantiate(
       std::span<const GraphNode> nodes, std::span<const std::pair<size_t, size_t>> edges) override {
     batches.push_back({nodes.size(), Edges(edges.begin(), edges.end())});
-    return std::make_unique<NullGraph>();
+    return std::make_unique<NullGraph>(&updates);
   }
   bool wants_edges() const override { return true; }
   uint64_t address_space() const override { return 0; }
 
   std::vector<std::pair<size_t, Edges>> batches;
+  std::vector<Patched> updates;
 
  private:
   uint64_t next_ = 0;
@@ -187,6 +202,42 @@ TEST_F(DependenciesTest, TheMemoryPlanReusingBytesOrdersTheCallsThatShareThem) {
   ASSERT_TRUE(instance.ok()) << instance.status();
   EXPECT_GT((*instance)->plan().saved_bytes, 0u);
   EXPECT_EQ(context_->batches[0].second, (Edges{{0, 1}, {1, 2}}));
+}
+
+// Which nodes a replay patches: those whose buffer arguments are parameters, whose
+// integer arguments use variables, or whose dimensions do; no others.
+TEST_F(DependenciesTest, AReplayPatchesOnlyTheParameterDependentNodes) {
+  Signature s;
+  s.params = {{"a", ParamKind::kBuffer, Access::kIn}, {"b", ParamKind::kBuffer, Access::kOut},
+              {"k", ParamKind::kInt32, Access::kNone}};
+  auto program = std::make_shared<Program>();
+  program->kernel = std::make_unique<FakeKernel>(s);
+  uint32_t p = AddSlot(SlotKind::kParameter, 256), c1 = AddSlot(SlotKind::kConstant, 256),
+           c2 = AddSlot(SlotKind::kConstant, 256);
+  graph_.variables = {{"pos", 1, 100, 1}};
+  const Expression five = Expression::Constant(5), pos = Expression::Var(0);
+  auto call = [&](uint32_t a, uint64_t a_offset, Expression k) {
+    graph_.calls.push_back({program, {SlotView{a, a_offset, 0}, SlotView{c2, 0, 0}, k}});
+  };
+  call(c1, 0, five);   // 0: constants only
+  call(p, 64, five);   // 1: a buffer parameter, at an offset
+  call(c1, 0, pos);    // 2: an integer argument that uses pos
+  call(c1, 0, five);   // 3: its grid uses pos
+  graph_.calls[3].global[0] = Expression::Binary(Expression::Op::kAdd, pos, Expression::Constant(1));
+  call(c1, 0, Expression::Binary(Expression::Op::kAdd, five, five));  // 4: a constant expression
+  auto instance = GraphInstance::Create(graph_, "g", context_, {32});
+  ASSERT_TRUE(instance.ok()) << instance.status();
+  ASSERT_EQ(context_->batches.size(), 1u);
+  const uint64_t buffers[] = {0x10000};
+  const int64_t values[] = {7};
+  ASSERT_TRUE((*instance)->Replay(buffers, values, false).ok());
+  ASSERT_EQ(context_->updates.size(), 3u);
+  EXPECT_EQ(context_->updates[0].node, 1u);
+  EXPECT_EQ(context_->updates[0].args[0].address, 0x10000u + 64);
+  EXPECT_EQ(context_->updates[1].node, 2u);
+  EXPECT_EQ(context_->updates[1].args[2].integer, 7);
+  EXPECT_EQ(context_->updates[2].node, 3u);
+  EXPECT_EQ(context_->updates[2].global, (Dim3{8, 1, 1}));
 }
 
 }  // namespace
