@@ -9,6 +9,7 @@ packages=(
   libabsl-dev libspdlog-dev libfmt-dev libssl-dev
   libgtest-dev libgmock-dev googletest libbenchmark-dev
   libc-ares-dev libre2-dev zlib1g-dev
+  libamdhip64-dev
 )
 
 missing=()

@@ -5,30 +5,22 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "drivers/compile_options.h"
 
 namespace replayd {
 namespace {
 
-bool IsIdentifier(absl::string_view s) {
-  if (s.empty() || absl::ascii_isdigit(s[0])) return false;
-  return std::all_of(s.begin(), s.end(),
-                     [](char c) { return absl::ascii_isalnum(c) || c == '_'; });
-}
-
-absl::Status CheckSignature(const Signature& signature, const ProgramSource& source,
-                            const DeviceInfo& device) {
+absl::Status CheckSignature(const Signature& signature, const ProgramSource& source, const DeviceInfo& device) {
   if (signature.params.size() > device.limits.max_args) {
-    return absl::InvalidArgumentError(absl::StrCat("signature has ", signature.params.size(),
-                                                   " params; ", device.id, " allows at most ",
-                                                   device.limits.max_args));
+    return absl::InvalidArgumentError(absl::StrCat("signature has ", signature.params.size(), " params; ", device.id,
+                                                   " allows at most ", device.limits.max_args));
   }
   for (size_t i = 0; i < signature.params.size(); ++i) {
     const Param& p = signature.params[i];
-    std::string what = absl::StrCat("signature param ", i, p.name.empty() ? "" : " (",
-                                    p.name, p.name.empty() ? "" : ")");
+    std::string what =
+        absl::StrCat("signature param ", i, p.name.empty() ? "" : " (", p.name, p.name.empty() ? "" : ")");
     if (p.name.size() > kMaxParamNameLength)
-      return absl::InvalidArgumentError(absl::StrCat(what, ": name longer than ",
-                                                     kMaxParamNameLength, " bytes"));
+      return absl::InvalidArgumentError(absl::StrCat(what, ": name longer than ", kMaxParamNameLength, " bytes"));
     bool is_buffer = p.kind == ParamKind::kBuffer;
     if (is_buffer && p.access == Access::kNone)
       return absl::InvalidArgumentError(absl::StrCat(what, ": a buffer needs an access mode (in, out, inout)"));
@@ -43,19 +35,16 @@ absl::Status CheckSignature(const Signature& signature, const ProgramSource& sou
 }  // namespace
 
 absl::Status CheckProgramSource(const ProgramSource& source, const DeviceInfo& device) {
-  if (std::find(device.formats.begin(), device.formats.end(), source.format) ==
-      device.formats.end()) {
-    return absl::InvalidArgumentError(absl::StrCat("format \"", source.format, "\" is not accepted by ",
-                                                   device.id, " (accepted: ",
-                                                   absl::StrJoin(device.formats, ", "), ")"));
+  if (std::find(device.formats.begin(), device.formats.end(), source.format) == device.formats.end()) {
+    return absl::InvalidArgumentError(absl::StrCat("format \"", source.format, "\" is not accepted by ", device.id,
+                                                   " (accepted: ", absl::StrJoin(device.formats, ", "), ")"));
   }
   if (source.code.empty()) return absl::InvalidArgumentError("program code is empty");
   if (source.code.size() > kMaxCodeBytes)
-    return absl::InvalidArgumentError(absl::StrCat("program code of ", source.code.size(),
-                                                   " bytes exceeds ", kMaxCodeBytes));
-  if (source.entry.size() > kMaxEntryLength || !IsIdentifier(source.entry))
     return absl::InvalidArgumentError(
-        absl::StrCat("entry \"", source.entry.substr(0, 64), "\" is not an identifier"));
+        absl::StrCat("program code of ", source.code.size(), " bytes exceeds ", kMaxCodeBytes));
+  if (source.entry.size() > kMaxEntryLength || !IsIdentifier(source.entry))
+    return absl::InvalidArgumentError(absl::StrCat("entry \"", source.entry.substr(0, 64), "\" is not an identifier"));
   if (source.options.size() > kMaxOptions)
     return absl::InvalidArgumentError(absl::StrCat(source.options.size(), " options exceed ", kMaxOptions));
   return CheckSignature(source.signature, source, device);

@@ -53,6 +53,14 @@ absl::StatusOr<std::vector<std::unique_ptr<Device>>> DiscoverDevices(const std::
     return devices;
   }
 #endif
+#ifdef REPLAYD_WITH_HIP
+  if (kind == "hip") {
+    HipDriver driver(options.hip);
+    std::vector<std::unique_ptr<Device>> devices = driver.Discover();
+    if (devices.empty()) spdlog::warn("hip: no devices: {}", driver.unavailable());
+    return devices;
+  }
+#endif
   return absl::InvalidArgumentError(
       absl::StrCat("device kind \"", kind, "\" is not supported by this build (known: ", kKnownDeviceKinds, ")"));
 }

@@ -15,6 +15,9 @@
 #ifdef REPLAYD_WITH_CUDA
 #include "drivers/cuda/cuda_driver.h"
 #endif
+#ifdef REPLAYD_WITH_HIP
+#include "drivers/hip/hip_driver.h"
+#endif
 #include "engine/engine.h"
 #include "server/admin_service.h"
 #include "server/authenticator.h"
@@ -23,11 +26,15 @@
 namespace replayd {
 
 // The device kinds this build can serve, comma-separated.
+inline constexpr char kKnownDeviceKinds[] =
+    "cpu"
 #ifdef REPLAYD_WITH_CUDA
-inline constexpr char kKnownDeviceKinds[] = "cpu,cuda";
-#else
-inline constexpr char kKnownDeviceKinds[] = "cpu";
+    ",cuda"
 #endif
+#ifdef REPLAYD_WITH_HIP
+    ",hip"
+#endif
+    ;
 
 struct DaemonOptions {
   std::string listen = "127.0.0.1:7070";  // host:port; port 0 picks a free one
@@ -37,6 +44,9 @@ struct DaemonOptions {
   CpuDriverOptions cpu;
 #ifdef REPLAYD_WITH_CUDA
   CudaDriverOptions cuda;
+#endif
+#ifdef REPLAYD_WITH_HIP
+  HipDriverOptions hip;
 #endif
   size_t stream_window = 8;            // Session stream read-ahead; 0 runs each request as it is read
   std::filesystem::path tenants_file;  // empty: one tenant, default, without authentication

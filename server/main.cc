@@ -19,6 +19,11 @@ ABSL_FLAG(std::string, cuda_context, "session",
           "a stream per session)");
 ABSL_FLAG(uint64_t, cuda_staging_bytes, 1 << 20,
           "bytes of each of a CUDA session's two pinned staging buffers for writes and reads");
+ABSL_FLAG(std::string, hip_device_graph, "auto",
+          "HIP device graphs: graph (a hipGraph per batch), stream (the batch's launches in order on the "
+          "session's stream) or auto (stream on ROCm 5, graph from ROCm 6)");
+ABSL_FLAG(uint64_t, hip_staging_bytes, 1 << 20,
+          "bytes of each of a HIP session's two pinned staging buffers for writes and reads");
 ABSL_FLAG(std::string, cache_dir, "", "compile cache directory (default $XDG_CACHE_HOME/replayd or ~/.cache/replayd)");
 ABSL_FLAG(int, lease_seconds, 60, "a session not renewed within this many seconds is closed");
 ABSL_FLAG(uint64_t, cpu_memory_limit, 0, "bytes of memory cpu:0 may allocate (0: half of RAM)");
@@ -96,6 +101,17 @@ int main(int argc, char** argv) {
   }
   options.cuda.context = *cuda_context;
   options.cuda.staging_bytes = absl::GetFlag(FLAGS_cuda_staging_bytes);
+#endif
+#ifdef REPLAYD_WITH_HIP
+  absl::StatusOr<replayd::HipDeviceGraph> hip_graph =
+      replayd::ParseHipDeviceGraph(absl::GetFlag(FLAGS_hip_device_graph));
+  if (!hip_graph.ok() || absl::GetFlag(FLAGS_hip_staging_bytes) < 4096 ||
+      absl::GetFlag(FLAGS_hip_staging_bytes) > (uint64_t{1} << 30)) {
+    spdlog::error("--hip_device_graph must be auto, graph or stream, --hip_staging_bytes in [4096, 1 GiB]");
+    return 2;
+  }
+  options.hip.device_graph = *hip_graph;
+  options.hip.staging_bytes = absl::GetFlag(FLAGS_hip_staging_bytes);
 #endif
   if (absl::GetFlag(FLAGS_graph_batch) < 1 || absl::GetFlag(FLAGS_graph_cache_graphs) < 1) {
     spdlog::error("--graph_batch and --graph_cache_graphs must be at least 1");

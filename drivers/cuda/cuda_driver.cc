@@ -8,7 +8,7 @@
 #include "absl/synchronization/mutex.h"
 #include "drivers/cuda/cuda_library.h"
 #include "drivers/cuda/cuda_program.h"
-#include "drivers/cuda/kernel_params.h"
+#include "drivers/kernel_params.h"
 #include "drivers/cuda/nvrtc.h"
 #include "drivers/device_memory.h"
 #include "drivers/module_artifact.h"

@@ -2,21 +2,11 @@
 
 #include <dlfcn.h>
 
-#include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "drivers/compile_options.h"
 
 namespace replayd {
-namespace {
-
-bool IsIdentifier(absl::string_view s) {
-  if (s.empty() || absl::ascii_isdigit(s[0])) return false;
-  for (char c : s)
-    if (!absl::ascii_isalnum(c) && c != '_') return false;
-  return true;
-}
-
-}  // namespace
 
 // The library stays loaded for the life of the process: its static C++ runtime keeps
 // process-wide state (an emergency exception pool) that unloading would strand.
@@ -57,18 +47,7 @@ std::string Nvrtc::version() const {
 }
 
 absl::Status Nvrtc::CheckOptions(const std::vector<std::string>& options) {
-  for (const std::string& o : options) {
-    bool ok = o == "--use_fast_math" || o == "-lineinfo" || o == "--std=c++17" || o == "--std=c++20";
-    if (!ok && absl::StartsWith(o, "-D")) {
-      absl::string_view def = absl::string_view(o).substr(2);
-      size_t eq = def.find('=');
-      ok = IsIdentifier(def.substr(0, eq));
-      if (ok && eq != absl::string_view::npos)
-        for (char c : def.substr(eq + 1)) ok = ok && (absl::ascii_isalnum(c) || c == '_' || c == '.' || c == '-');
-    }
-    if (!ok) return absl::InvalidArgumentError(absl::StrCat("option \"", o, "\" is not allowed for cuda-c"));
-  }
-  return absl::OkStatus();
+  return CheckCompileOptions(options, {"--use_fast_math", "-lineinfo", "--std=c++17", "--std=c++20"}, "cuda-c");
 }
 
 absl::StatusOr<PtxProgram> Nvrtc::CompileToPtx(const std::string& source, const std::string& entry,

@@ -66,7 +66,8 @@ Chain Open(const std::string& device, const std::filesystem::path& cache) {
   c.session = Must(c.engine->OpenSession("default", device), "open session on " + device);
   const bool cuda = device.rfind("cuda:", 0) == 0;
   Signature sig;
-  sig.params = {{"x", ParamKind::kBuffer, Access::kInout}, {"n", ParamKind::kInt32, Access::kNone},
+  sig.params = {{"x", ParamKind::kBuffer, Access::kInout},
+                {"n", ParamKind::kInt32, Access::kNone},
                 {"pos", ParamKind::kInt32, Access::kNone}};
   ProgramSource source{cuda ? "cuda-c" : "cpu-c", cuda ? kCudaChainKernel : kChainKernel, "step", sig, {}};
   ProgramInfo program = Must(c.session->LoadProgram(source), "load");
@@ -129,10 +130,10 @@ int Main() {
   Chain c = Open(device, cache);
   EagerUsPerKernel(c, iterations / 10 + 1);  // warm up
   GraphUsPerKernel(c, iterations / 10 + 1);
-  std::vector<double> m = InterleavedMedians(
-      {[&] { return EagerUsPerKernel(c, iterations); }, [&] { return GraphUsPerKernel(c, iterations); },
-       [&] { return DeviceUsPerKernel(c); }},
-      runs);
+  std::vector<double> m =
+      InterleavedMedians({[&] { return EagerUsPerKernel(c, iterations); },
+                          [&] { return GraphUsPerKernel(c, iterations); }, [&] { return DeviceUsPerKernel(c); }},
+                         runs);
   std::printf("%s, in process (no RPC), a %d-call chain over %d floats; %d interleaved runs of %d chains, medians\n\n",
               device.c_str(), kCalls, kFloats, runs, iterations);
   std::printf("%-52s %10.2f us\n", "eager launch + synchronize per chain, per kernel", m[0]);

@@ -48,16 +48,14 @@ class FakeContext : public Context {
       updates_->push_back({node, std::vector<ArgValue>(args.begin(), args.end()), global});
       return {};
     }
-    absl::StatusOr<std::optional<absl::Duration>> Launch(bool) override {
-      return std::optional<absl::Duration>();
-    }
+    absl::StatusOr<std::optional<absl::Duration>> Launch(bool) override { return std::optional<absl::Duration>(); }
 
    private:
     std::vector<Patched>* updates_;
   };
   // Records the nodes and edges of every batch it instantiates.
-  absl::StatusOr<std::unique_ptr<DeviceGraph>> Instantiate(
-      std::span<const GraphNode> nodes, std::span<const std::pair<size_t, size_t>> edges) override {
+  absl::StatusOr<std::unique_ptr<DeviceGraph>> Instantiate(std::span<const GraphNode> nodes,
+                                                           std::span<const std::pair<size_t, size_t>> edges) override {
     batches.push_back({nodes.size(), Edges(edges.begin(), edges.end())});
     return std::make_unique<NullGraph>(&updates);
   }
@@ -208,7 +206,8 @@ TEST_F(DependenciesTest, TheMemoryPlanReusingBytesOrdersTheCallsThatShareThem) {
 // integer arguments use variables, or whose dimensions do; no others.
 TEST_F(DependenciesTest, AReplayPatchesOnlyTheParameterDependentNodes) {
   Signature s;
-  s.params = {{"a", ParamKind::kBuffer, Access::kIn}, {"b", ParamKind::kBuffer, Access::kOut},
+  s.params = {{"a", ParamKind::kBuffer, Access::kIn},
+              {"b", ParamKind::kBuffer, Access::kOut},
               {"k", ParamKind::kInt32, Access::kNone}};
   auto program = std::make_shared<Program>();
   program->kernel = std::make_unique<FakeKernel>(s);
@@ -219,10 +218,10 @@ TEST_F(DependenciesTest, AReplayPatchesOnlyTheParameterDependentNodes) {
   auto call = [&](uint32_t a, uint64_t a_offset, Expression k) {
     graph_.calls.push_back({program, {SlotView{a, a_offset, 0}, SlotView{c2, 0, 0}, k}});
   };
-  call(c1, 0, five);   // 0: constants only
-  call(p, 64, five);   // 1: a buffer parameter, at an offset
-  call(c1, 0, pos);    // 2: an integer argument that uses pos
-  call(c1, 0, five);   // 3: its grid uses pos
+  call(c1, 0, five);  // 0: constants only
+  call(p, 64, five);  // 1: a buffer parameter, at an offset
+  call(c1, 0, pos);   // 2: an integer argument that uses pos
+  call(c1, 0, five);  // 3: its grid uses pos
   graph_.calls[3].global[0] = Expression::Binary(Expression::Op::kAdd, pos, Expression::Constant(1));
   call(c1, 0, Expression::Binary(Expression::Op::kAdd, five, five));  // 4: a constant expression
   auto instance = GraphInstance::Create(graph_, "g", context_, {32});

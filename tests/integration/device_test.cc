@@ -11,6 +11,10 @@
 #include "drivers/cuda/cuda_driver.h"
 #include "drivers/cuda/nvrtc.h"
 #endif
+#ifdef REPLAYD_WITH_HIP
+#include "drivers/hip/hip_driver.h"
+#include "drivers/hip/hip_program.h"
+#endif
 
 namespace replayd::client {
 namespace {
@@ -24,11 +28,12 @@ const Variable kPos{"pos", 0, 1000, 1};
 
 // The kernels of the suite in one format, and how their launches are shaped there.
 struct Kernels {
-  ProgramSpec add;          // out[i] = a[i] + b[i], i < n
-  ProgramSpec affine;       // out[i] = in[i] * 2 + k, i < n
-  ProgramSpec fault;        // stores through a null pointer (GPU formats only)
-  std::string broken_code;  // a source that does not compile or load
-  std::string diagnostic;   // what its diagnostics say
+  ProgramSpec add;            // out[i] = a[i] + b[i], i < n
+  ProgramSpec affine;         // out[i] = in[i] * 2 + k, i < n
+  ProgramSpec fault;          // stores through a null pointer
+  std::string no_fault_test;  // why faults are not tested in this format, if they are not
+  std::string broken_code;    // a source that does not compile or load
+  std::string diagnostic;     // what its diagnostics say
   // Launch dimensions covering `n` elements: an expression of n's text.
   std::function<std::pair<std::vector<Dim>, std::vector<Dim>>(const std::string& n)> dims;
 };
@@ -47,6 +52,7 @@ Kernels CpuKernels() {
               "affine",
               *ParseSignature("out,in,int32,int32", true),
               {}};
+  k.no_fault_test = "cpu-c kernels run in the daemon's own process";
   k.broken_code = "void add(float *out) {\n  out[0] = undeclared;\n}\n";
   k.diagnostic = "undeclared";
   k.dims = [](const std::string& n) { return std::pair<std::vector<Dim>, std::vector<Dim>>{{Expr{n}}, {}}; };
@@ -77,6 +83,7 @@ Kernels GpuKernels(const std::string& format, const std::string& code) {
   k.dims = [](const std::string& n) {
     return std::pair<std::vector<Dim>, std::vector<Dim>>{{Expr{"(" + n + " + 63) // 64"}}, {uint64_t{kBlock}}};
   };
+  if (format.rfind("hip", 0) == 0) k.no_fault_test = "the ROCm runtime aborts the process on a GPU memory fault";
   return k;
 }
 
@@ -84,6 +91,8 @@ struct DeviceCase {
   std::string device;  // "cuda:0"
   std::string format;  // the format its kernels are given in
 };
+
+void PrintTo(const DeviceCase& c, std::ostream* os) { *os << c.device << " " << c.format; }
 
 std::string CaseName(const ::testing::TestParamInfo<DeviceCase>& info) {
   std::string name = info.param.device + "_" + info.param.format;
@@ -100,6 +109,13 @@ std::string WhyMissing(const std::string& device) {
     CudaDriver driver({});
     if (driver.Discover().empty()) return driver.unavailable();
     return "the NVIDIA driver reports fewer devices";
+  }
+#endif
+#ifdef REPLAYD_WITH_HIP
+  if (kind == "hip") {
+    HipDriver driver({});
+    if (driver.Discover().empty()) return driver.unavailable();
+    return "the HIP runtime reports fewer devices";
   }
 #endif
   return "this build has no " + kind + " driver";
@@ -148,6 +164,23 @@ class DeviceTest : public DaemonFixture, public ::testing::WithParamInterface<De
       k.diagnostic = "undeclared";
       return k;
     }
+#ifdef REPLAYD_WITH_HIP
+    if (format == "hip-hsaco") {
+      // The client compiles the code object itself, for the device's gfx target.
+      auto hip = HipLibrary::Load();
+      if (!hip.ok()) return hip.status();
+      ProgramSource source{"hip-c", kGpuSource, "add", {}, {}};
+      auto module = BuildHipModule(source, **hip, device_.architecture());
+      if (!module.ok()) return module.status();
+      Kernels k = GpuKernels(format, module->image);
+      k.broken_code = std::string(
+          "\x7f"
+          "ELF\x02\x01\x01 truncated",
+          17);
+      k.diagnostic = "does not load";
+      return k;
+    }
+#endif
 #ifdef REPLAYD_WITH_CUDA
     if (format == "cuda-ptx") {
       // The client compiles to PTX itself, for the device's architecture.
@@ -329,7 +362,7 @@ TEST_P(DeviceTest, ABrokenProgramReturnsItsDiagnostics) {
 }
 
 TEST_P(DeviceTest, AFaultingKernelFailsOnlyItsSession) {
-  if (kernels_.fault.code.empty()) GTEST_SKIP() << GetParam().format << " kernels run in the daemon's own process";
+  if (!kernels_.no_fault_test.empty()) GTEST_SKIP() << kernels_.no_fault_test;
   auto other = client_->OpenSession(device_.id());
   ASSERT_TRUE(other.ok()) << other.status();
   Buffer mine = Alloc(64);
@@ -365,7 +398,8 @@ TEST_P(DeviceTest, ClosingTheSessionGivesBackItsMemory) {
 
 INSTANTIATE_TEST_SUITE_P(Devices, DeviceTest,
                          ::testing::Values(DeviceCase{"cpu:0", "cpu-c"}, DeviceCase{"cuda:0", "cuda-c"},
-                                           DeviceCase{"cuda:0", "cuda-ptx"}, DeviceCase{"hip:0", "hip-c"}),
+                                           DeviceCase{"cuda:0", "cuda-ptx"}, DeviceCase{"hip:0", "hip-c"},
+                                           DeviceCase{"hip:0", "hip-hsaco"}),
                          CaseName);
 
 }  // namespace

@@ -1,4 +1,4 @@
-#include "drivers/cuda/kernel_params.h"
+#include "drivers/kernel_params.h"
 
 #include <cstring>
 

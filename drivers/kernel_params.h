@@ -3,8 +3,8 @@
 // pointer with the view offset applied, an int32 as 4 bytes, an int64 as 8), and an array
 // of pointers into that block, one per argument. Laid out once per signature; packing
 // writes values in place, so a device graph node can be patched without reallocating.
-#ifndef REPLAYD_DRIVERS_CUDA_KERNEL_PARAMS_H_
-#define REPLAYD_DRIVERS_CUDA_KERNEL_PARAMS_H_
+#ifndef REPLAYD_DRIVERS_KERNEL_PARAMS_H_
+#define REPLAYD_DRIVERS_KERNEL_PARAMS_H_
 
 #include <cstdint>
 #include <span>
@@ -39,4 +39,4 @@ class KernelParams {
 
 }  // namespace replayd
 
-#endif  // REPLAYD_DRIVERS_CUDA_KERNEL_PARAMS_H_
+#endif  // REPLAYD_DRIVERS_KERNEL_PARAMS_H_

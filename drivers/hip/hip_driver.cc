@@ -1,0 +1,507 @@
+#include "drivers/hip/hip_driver.h"
+
+#include <algorithm>
+#include <array>
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
+#include "drivers/device_memory.h"
+#include "drivers/hip/hip_library.h"
+#include "drivers/hip/hip_program.h"
+#include "drivers/kernel_params.h"
+#include "drivers/module_artifact.h"
+
+namespace replayd {
+
+absl::StatusOr<HipDeviceGraph> ParseHipDeviceGraph(absl::string_view name) {
+  if (name == "auto") return HipDeviceGraph::kAuto;
+  if (name == "graph") return HipDeviceGraph::kGraph;
+  if (name == "stream") return HipDeviceGraph::kStream;
+  return absl::InvalidArgumentError(absl::StrCat("HIP device graph \"", name, "\" is not auto, graph or stream"));
+}
+
+namespace {
+
+// Errors after which the device's state is lost (for every session: one address space).
+bool IsSticky(hipError_t e) {
+  return e == hipErrorIllegalAddress || e == hipErrorLaunchFailure || e == hipErrorAssert ||
+         e == hipErrorECCNotCorrectable;
+}
+
+struct HipDescription {
+  DeviceInfo info;
+  int ordinal = 0;
+  std::string target;   // the full gfx target for hiprtc, "gfx90a:sramecc+:xnack-"
+  bool graphs = false;  // device graphs as hipGraphs
+};
+
+absl::StatusOr<HipDescription> Describe(const HipLibrary& hip, int ordinal, const HipDriverOptions& options) {
+  HipDescription d;
+  d.ordinal = ordinal;
+  DeviceInfo& info = d.info;
+  info.id = absl::StrCat("hip:", ordinal);
+  info.kind = DeviceKind::kHip;
+  hipDeviceProp_t props{};
+  if (hipError_t e = hip.hipGetDeviceProperties(&props, ordinal); e != hipSuccess)
+    return absl::UnavailableError(absl::StrCat(info.id, ": hipGetDeviceProperties: ", hip.ErrorText(e)));
+  props.name[sizeof props.name - 1] = '\0';
+  props.gcnArchName[sizeof props.gcnArchName - 1] = '\0';
+  info.name = props.name;
+  info.total_memory = props.totalGlobalMem;
+  auto positive = [](int v) { return static_cast<uint64_t>(std::max(v, 0)); };
+  LaunchLimits& l = info.limits;
+  l.max_global = {positive(props.maxGridSize[0]), positive(props.maxGridSize[1]), positive(props.maxGridSize[2])};
+  l.max_global_total = l.max_global[0] * l.max_global[1] * l.max_global[2];
+  l.max_local = {positive(props.maxThreadsDim[0]), positive(props.maxThreadsDim[1]), positive(props.maxThreadsDim[2])};
+  l.max_local_total = positive(props.maxThreadsPerBlock);
+  l.max_args = 64;
+  d.target = props.gcnArchName;
+  info.architecture = d.target.substr(0, d.target.find(':'));
+  info.formats = {"hip-hsaco"};
+  if (hip.has_hiprtc()) info.formats.push_back("hip-c");
+  int runtime = 0;
+  (void)hip.hipRuntimeGetVersion(&runtime);
+  info.driver_version = absl::StrCat("HIP ", runtime / 10000000, ".", runtime / 100000 % 100, " runtime");
+  int rtc_major = 0, rtc_minor = 0;
+  if (hip.has_hiprtc()) hip.hiprtcVersion(&rtc_major, &rtc_minor);
+  info.target = absl::StrCat(d.target, "-hiprtc-", rtc_major, ".", rtc_minor);
+  d.graphs = options.device_graph == HipDeviceGraph::kGraph ||
+             (options.device_graph == HipDeviceGraph::kAuto && runtime / 10000000 >= 6);
+  return d;
+}
+
+class HipDevice;
+
+// One session's stream on the device, with its events and staging buffers.
+class HipContext : public Context {
+ public:
+  HipContext(HipDevice* device, uint64_t id) : device_(device), id_(id) {}
+  ~HipContext() override;
+  absl::Status Open();
+
+  absl::StatusOr<Allocation> Allocate(uint64_t bytes) override;
+  void Free(const Allocation& allocation) override;
+  absl::Status Write(const Allocation& dst, uint64_t offset, std::span<const uint8_t> bytes) override;
+  absl::Status Read(const Allocation& src, uint64_t offset, std::span<uint8_t> bytes) override;
+  absl::Status Copy(const Allocation& dst, uint64_t dst_offset, const Allocation& src, uint64_t src_offset,
+                    uint64_t bytes) override;
+  absl::StatusOr<std::unique_ptr<Kernel>> Load(const ProgramSource& source,
+                                               const std::filesystem::path& artifact) override;
+  absl::StatusOr<std::optional<absl::Duration>> Launch(const Kernel& kernel, std::span<const ArgValue> args,
+                                                       const Dim3& global, const Dim3& local, bool wait) override;
+  absl::Status Synchronize() override;
+  absl::StatusOr<std::unique_ptr<DeviceGraph>> Instantiate(std::span<const GraphNode> nodes,
+                                                           std::span<const std::pair<size_t, size_t>> edges) override;
+  bool wants_edges() const override;
+  uint64_t address_space() const override { return id_; }
+
+  const HipLibrary& hip() const;
+  absl::Status Bind();
+  absl::Status Check(hipError_t e, absl::string_view what);
+  hipStream_t stream() const { return stream_; }
+  template <typename Submit>
+  absl::StatusOr<std::optional<absl::Duration>> Timed(bool wait, Submit submit);
+  // Launches one prepared node on the stream.
+  hipError_t LaunchNode(hipFunction_t f, const Dim3& global, const Dim3& local, KernelParams& params);
+
+ private:
+  HipDevice* const device_;
+  const uint64_t id_;
+  hipStream_t stream_ = nullptr;
+  hipEvent_t start_ = nullptr, stop_ = nullptr;
+  absl::Mutex staging_mu_;
+  std::array<void*, 2> staging_ ABSL_GUARDED_BY(staging_mu_) = {nullptr, nullptr};
+  std::array<hipEvent_t, 2> staged_ ABSL_GUARDED_BY(staging_mu_) = {nullptr, nullptr};
+};
+
+class HipDevice : public Device {
+ public:
+  HipDevice(std::shared_ptr<HipLibrary> hip, HipDescription description, const HipDriverOptions& options)
+      : hip_(std::move(hip)), d_(std::move(description)), options_(options), memory_(d_.info.total_memory) {}
+
+  const DeviceInfo& info() const override { return d_.info; }
+  uint64_t memory_in_use() const override { return memory_.in_use(); }
+  absl::Status Compile(const ProgramSource& source, const std::filesystem::path& output) override {
+    absl::StatusOr<ModuleArtifact> artifact = BuildHipModule(source, *hip_, d_.target);
+    if (!artifact.ok()) return artifact.status();
+    return WriteModuleArtifact(*artifact, output);
+  }
+  absl::StatusOr<std::unique_ptr<Context>> OpenContext() override {
+    uint64_t id;
+    {
+      absl::MutexLock lock(&mu_);
+      id = next_context_++;
+    }
+    auto context = std::make_unique<HipContext>(this, id);
+    if (absl::Status s = context->Open(); !s.ok()) return s;
+    return context;
+  }
+
+  const HipLibrary& hip() const { return *hip_; }
+  int ordinal() const { return d_.ordinal; }
+  bool graphs() const { return d_.graphs; }
+  DeviceMemory& memory() { return memory_; }
+  const HipDriverOptions& options() const { return options_; }
+
+  // The device's fault: sessions share its address space, so one fault is every session's.
+  absl::Status fault() const {
+    absl::MutexLock lock(&mu_);
+    return fault_;
+  }
+  absl::Status Fail(absl::string_view what, const std::string& text) {
+    absl::MutexLock lock(&mu_);
+    if (fault_.ok())
+      fault_ = absl::FailedPreconditionError(
+          absl::StrCat(d_.info.id, ": a kernel fault lost the device's state (", what, ": ", text, ")"));
+    return fault_;
+  }
+
+ private:
+  const std::shared_ptr<HipLibrary> hip_;
+  const HipDescription d_;
+  const HipDriverOptions options_;
+  DeviceMemory memory_;
+  mutable absl::Mutex mu_;
+  uint64_t next_context_ ABSL_GUARDED_BY(mu_) = 1;
+  absl::Status fault_ ABSL_GUARDED_BY(mu_);
+};
+
+class HipKernel : public Kernel {
+ public:
+  HipKernel(HipContext* context, hipModule_t module, hipFunction_t function, Signature signature)
+      : context_(context), module_(module), function_(function), signature_(std::move(signature)) {}
+  ~HipKernel() override {
+    if (context_->Bind().ok()) (void)context_->hip().hipModuleUnload(module_);
+  }
+  const Signature& signature() const override { return signature_; }
+  hipFunction_t function() const { return function_; }
+
+ private:
+  HipContext* const context_;
+  const hipModule_t module_;
+  const hipFunction_t function_;
+  const Signature signature_;
+};
+
+// A batch's nodes with their packed arguments, patched in place: the stream replay runs
+// them in order; the hipGraph form hands each update to hipGraphExecKernelNodeSetParams.
+class HipBatch : public DeviceGraph {
+ public:
+  HipBatch(HipContext* context, std::span<const GraphNode> nodes) : context_(context) {
+    nodes_.resize(nodes.size());
+    for (size_t i = 0; i < nodes.size(); ++i) {
+      Node& n = nodes_[i];
+      n.function = static_cast<const HipKernel*>(nodes[i].kernel)->function();
+      n.params = std::make_unique<KernelParams>(nodes[i].kernel->signature());
+      n.params->Pack(nodes[i].args);
+      n.global = nodes[i].global;
+      n.local = nodes[i].local;
+    }
+  }
+  ~HipBatch() override {
+    if (!context_->Bind().ok()) return;
+    if (exec_) (void)context_->hip().hipGraphExecDestroy(exec_);
+    if (graph_) (void)context_->hip().hipGraphDestroy(graph_);
+  }
+
+  // Builds the hipGraph form.
+  absl::Status BuildGraph(std::span<const std::pair<size_t, size_t>> edges) {
+    const HipLibrary& hip = context_->hip();
+    if (absl::Status s = context_->Check(hip.hipGraphCreate(&graph_, 0), "hipGraphCreate"); !s.ok()) return s;
+    for (size_t i = 0; i < nodes_.size(); ++i) {
+      std::vector<hipGraphNode_t> after;
+      for (auto [from, to] : edges)
+        if (to == i) after.push_back(nodes_[from].node);
+      hipKernelNodeParams p = Params(nodes_[i]);
+      if (absl::Status s =
+              context_->Check(hip.hipGraphAddKernelNode(&nodes_[i].node, graph_, after.data(), after.size(), &p),
+                              "hipGraphAddKernelNode");
+          !s.ok())
+        return s;
+    }
+    return context_->Check(hip.hipGraphInstantiateWithFlags(&exec_, graph_, 0), "hipGraphInstantiate");
+  }
+
+  absl::Status Update(size_t node, std::span<const ArgValue> args, const Dim3& global, const Dim3& local) override {
+    Node& n = nodes_[node];
+    n.params->Pack(args);
+    n.global = global;
+    n.local = local;
+    if (!exec_) return absl::OkStatus();
+    if (absl::Status s = context_->Bind(); !s.ok()) return s;
+    hipKernelNodeParams p = Params(n);
+    return context_->Check(context_->hip().hipGraphExecKernelNodeSetParams(exec_, n.node, &p),
+                           "hipGraphExecKernelNodeSetParams");
+  }
+
+  absl::StatusOr<std::optional<absl::Duration>> Launch(bool wait) override {
+    return context_->Timed(wait, [&] {
+      if (exec_) return context_->hip().hipGraphLaunch(exec_, context_->stream());
+      for (Node& n : nodes_)
+        if (hipError_t e = context_->LaunchNode(n.function, n.global, n.local, *n.params); e != hipSuccess) return e;
+      return hipSuccess;
+    });
+  }
+
+ private:
+  struct Node {
+    hipFunction_t function = nullptr;
+    std::unique_ptr<KernelParams> params;
+    Dim3 global, local;
+    hipGraphNode_t node = nullptr;
+  };
+  static hipKernelNodeParams Params(Node& n) {
+    hipKernelNodeParams p{};
+    p.func = reinterpret_cast<void*>(n.function);
+    p.gridDim = dim3(static_cast<uint32_t>(n.global[0]), static_cast<uint32_t>(n.global[1]),
+                     static_cast<uint32_t>(n.global[2]));
+    p.blockDim =
+        dim3(static_cast<uint32_t>(n.local[0]), static_cast<uint32_t>(n.local[1]), static_cast<uint32_t>(n.local[2]));
+    p.kernelParams = n.params->pointers();
+    return p;
+  }
+
+  HipContext* const context_;
+  std::vector<Node> nodes_;
+  hipGraph_t graph_ = nullptr;
+  hipGraphExec_t exec_ = nullptr;
+};
+
+const HipLibrary& HipContext::hip() const { return device_->hip(); }
+
+bool HipContext::wants_edges() const { return device_->graphs(); }
+
+absl::Status HipContext::Open() {
+  const HipLibrary& hip = device_->hip();
+  if (absl::Status s = Bind(); !s.ok()) return s;
+  if (absl::Status s = Check(hip.hipStreamCreateWithFlags(&stream_, hipStreamNonBlocking), "hipStreamCreate"); !s.ok())
+    return s;
+  for (hipEvent_t* e : {&start_, &stop_})
+    if (absl::Status s = Check(hip.hipEventCreateWithFlags(e, hipEventDefault), "hipEventCreate"); !s.ok()) return s;
+  absl::MutexLock lock(&staging_mu_);
+  for (int i = 0; i < 2; ++i) {
+    if (absl::Status s = Check(hip.hipHostMalloc(&staging_[i], device_->options().staging_bytes, hipHostMallocDefault),
+                               "hipHostMalloc");
+        !s.ok())
+      return s;
+    if (absl::Status s = Check(hip.hipEventCreateWithFlags(&staged_[i], hipEventDisableTiming), "hipEventCreate");
+        !s.ok())
+      return s;
+  }
+  return absl::OkStatus();
+}
+
+HipContext::~HipContext() {
+  const HipLibrary& hip = device_->hip();
+  if (hip.hipSetDevice(device_->ordinal()) != hipSuccess) return;
+  if (stream_) (void)hip.hipStreamSynchronize(stream_);
+  absl::MutexLock lock(&staging_mu_);
+  for (int i = 0; i < 2; ++i) {
+    if (staging_[i]) (void)hip.hipHostFree(staging_[i]);
+    if (staged_[i]) (void)hip.hipEventDestroy(staged_[i]);
+  }
+  for (hipEvent_t e : {start_, stop_})
+    if (e) (void)hip.hipEventDestroy(e);
+  if (stream_) (void)hip.hipStreamDestroy(stream_);
+}
+
+absl::Status HipContext::Bind() {
+  if (absl::Status s = device_->fault(); !s.ok()) return s;
+  return Check(device_->hip().hipSetDevice(device_->ordinal()), "hipSetDevice");
+}
+
+absl::Status HipContext::Check(hipError_t e, absl::string_view what) {
+  if (e == hipSuccess) return absl::OkStatus();
+  const std::string text = device_->hip().ErrorText(e);
+  const std::string& id = device_->info().id;
+  if (IsSticky(e)) return device_->Fail(what, text);
+  if (e == hipErrorOutOfMemory || e == hipErrorMemoryAllocation)
+    return absl::ResourceExhaustedError(absl::StrCat(id, ": ", what, ": ", text));
+  if (e == hipErrorInvalidValue || e == hipErrorLaunchOutOfResources || e == hipErrorInvalidConfiguration)
+    return absl::InvalidArgumentError(absl::StrCat(id, ": ", what, ": ", text));
+  return absl::InternalError(absl::StrCat(id, ": ", what, ": ", text));
+}
+
+template <typename Submit>
+absl::StatusOr<std::optional<absl::Duration>> HipContext::Timed(bool wait, Submit submit) {
+  const HipLibrary& hip = device_->hip();
+  if (absl::Status s = Bind(); !s.ok()) return s;
+  if (wait)
+    if (absl::Status s = Check(hip.hipEventRecord(start_, stream_), "hipEventRecord"); !s.ok()) return s;
+  if (absl::Status s = Check(submit(), "launch"); !s.ok()) return s;
+  if (!wait) return std::optional<absl::Duration>();
+  if (absl::Status s = Check(hip.hipEventRecord(stop_, stream_), "hipEventRecord"); !s.ok()) return s;
+  if (absl::Status s = Check(hip.hipEventSynchronize(stop_), "kernel"); !s.ok()) return s;
+  float ms = 0;
+  if (absl::Status s = Check(hip.hipEventElapsedTime(&ms, start_, stop_), "hipEventElapsedTime"); !s.ok()) return s;
+  return std::optional<absl::Duration>(absl::Microseconds(static_cast<double>(ms) * 1000.0));
+}
+
+hipError_t HipContext::LaunchNode(hipFunction_t f, const Dim3& global, const Dim3& local, KernelParams& params) {
+  return device_->hip().hipModuleLaunchKernel(f, static_cast<unsigned>(global[0]), static_cast<unsigned>(global[1]),
+                                              static_cast<unsigned>(global[2]), static_cast<unsigned>(local[0]),
+                                              static_cast<unsigned>(local[1]), static_cast<unsigned>(local[2]), 0,
+                                              stream_, params.pointers(), nullptr);
+}
+
+absl::StatusOr<Allocation> HipContext::Allocate(uint64_t bytes) {
+  if (absl::Status s = Bind(); !s.ok()) return s;
+  if (absl::Status s = device_->memory().Reserve(device_->info().id, bytes); !s.ok()) return s;
+  const HipLibrary& hip = device_->hip();
+  void* p = nullptr;
+  absl::Status s = Check(hip.hipMalloc(&p, bytes), absl::StrCat("hipMalloc of ", bytes, " bytes"));
+  if (s.ok()) s = Check(hip.hipMemsetAsync(p, 0, bytes, stream_), "hipMemsetAsync");
+  if (!s.ok()) {
+    if (p) (void)hip.hipFree(p);
+    device_->memory().Release(bytes);
+    return s;
+  }
+  return Allocation{reinterpret_cast<uint64_t>(p), bytes};
+}
+
+void HipContext::Free(const Allocation& a) {
+  const HipLibrary& hip = device_->hip();
+  if (Bind().ok()) {
+    (void)hip.hipStreamSynchronize(stream_);
+    (void)hip.hipFree(reinterpret_cast<void*>(a.address));
+  }
+  device_->memory().Release(a.bytes);
+}
+
+absl::Status HipContext::Write(const Allocation& dst, uint64_t offset, std::span<const uint8_t> bytes) {
+  if (absl::Status s = Bind(); !s.ok()) return s;
+  const HipLibrary& hip = device_->hip();
+  const uint64_t chunk = device_->options().staging_bytes;
+  absl::MutexLock lock(&staging_mu_);
+  for (uint64_t done = 0, i = 0; done < bytes.size(); done += chunk, i ^= 1) {
+    const uint64_t n = std::min<uint64_t>(chunk, bytes.size() - done);
+    if (absl::Status s = Check(hip.hipEventSynchronize(staged_[i]), "write"); !s.ok()) return s;
+    std::memcpy(staging_[i], bytes.data() + done, n);
+    if (absl::Status s = Check(hip.hipMemcpyHtoDAsync(reinterpret_cast<hipDeviceptr_t>(dst.address + offset + done),
+                                                      staging_[i], n, stream_),
+                               "hipMemcpyHtoDAsync");
+        !s.ok())
+      return s;
+    if (absl::Status s = Check(hip.hipEventRecord(staged_[i], stream_), "hipEventRecord"); !s.ok()) return s;
+  }
+  return absl::OkStatus();
+}
+
+absl::Status HipContext::Read(const Allocation& src, uint64_t offset, std::span<uint8_t> bytes) {
+  if (absl::Status s = Bind(); !s.ok()) return s;
+  const HipLibrary& hip = device_->hip();
+  const uint64_t chunk = device_->options().staging_bytes;
+  absl::MutexLock lock(&staging_mu_);
+  auto enqueue = [&](uint64_t done, int i) -> absl::Status {
+    const uint64_t n = std::min<uint64_t>(chunk, bytes.size() - done);
+    if (absl::Status s =
+            Check(hip.hipMemcpyDtoHAsync(staging_[i], reinterpret_cast<hipDeviceptr_t>(src.address + offset + done), n,
+                                         stream_),
+                  "hipMemcpyDtoHAsync");
+        !s.ok())
+      return s;
+    return Check(hip.hipEventRecord(staged_[i], stream_), "hipEventRecord");
+  };
+  if (bytes.empty()) return absl::OkStatus();
+  if (absl::Status s = enqueue(0, 0); !s.ok()) return s;
+  for (uint64_t done = 0, i = 0; done < bytes.size(); done += chunk, i ^= 1) {
+    const uint64_t n = std::min<uint64_t>(chunk, bytes.size() - done);
+    if (done + n < bytes.size())
+      if (absl::Status s = enqueue(done + n, static_cast<int>(i ^ 1)); !s.ok()) return s;
+    if (absl::Status s = Check(hip.hipEventSynchronize(staged_[i]), "read"); !s.ok()) return s;
+    std::memcpy(bytes.data() + done, staging_[i], n);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status HipContext::Copy(const Allocation& dst, uint64_t dst_offset, const Allocation& src, uint64_t src_offset,
+                              uint64_t bytes) {
+  if (absl::Status s = Bind(); !s.ok()) return s;
+  return Check(
+      device_->hip().hipMemcpyDtoDAsync(reinterpret_cast<hipDeviceptr_t>(dst.address + dst_offset),
+                                        reinterpret_cast<hipDeviceptr_t>(src.address + src_offset), bytes, stream_),
+      "hipMemcpyDtoDAsync");
+}
+
+absl::StatusOr<std::unique_ptr<Kernel>> HipContext::Load(const ProgramSource& source,
+                                                         const std::filesystem::path& artifact) {
+  if (absl::Status s = Bind(); !s.ok()) return s;
+  absl::StatusOr<ModuleArtifact> module_artifact = ReadModuleArtifact(artifact);
+  if (!module_artifact.ok()) return module_artifact.status();
+  const HipLibrary& hip = device_->hip();
+  hipModule_t module = nullptr;
+  if (hipError_t e = hip.hipModuleLoadData(&module, module_artifact->image.data()); e != hipSuccess) {
+    if (e == hipErrorInvalidImage || e == hipErrorNoBinaryForGpu || e == hipErrorInvalidKernelFile ||
+        e == hipErrorSharedObjectInitFailed)
+      return absl::InvalidArgumentError(absl::StrCat(source.format, " program ", source.entry, " does not load on ",
+                                                     device_->info().id, ": ", hip.ErrorText(e)));
+    return Check(e, "hipModuleLoadData");
+  }
+  hipFunction_t function = nullptr;
+  if (hipError_t e = hip.hipModuleGetFunction(&function, module, module_artifact->entry.c_str()); e != hipSuccess) {
+    (void)hip.hipModuleUnload(module);
+    if (e == hipErrorNotFound || e == hipErrorInvalidDeviceFunction)
+      return absl::InvalidArgumentError(
+          absl::StrCat(source.format, " program has no kernel named ", module_artifact->entry));
+    return Check(e, "hipModuleGetFunction");
+  }
+  return std::make_unique<HipKernel>(this, module, function, source.signature);
+}
+
+absl::StatusOr<std::optional<absl::Duration>> HipContext::Launch(const Kernel& kernel, std::span<const ArgValue> args,
+                                                                 const Dim3& global, const Dim3& local, bool wait) {
+  KernelParams params(kernel.signature());
+  params.Pack(args);
+  const hipFunction_t f = static_cast<const HipKernel&>(kernel).function();
+  return Timed(wait, [&] { return LaunchNode(f, global, local, params); });
+}
+
+absl::Status HipContext::Synchronize() {
+  if (absl::Status s = Bind(); !s.ok()) return s;
+  return Check(device_->hip().hipStreamSynchronize(stream_), "kernel");
+}
+
+absl::StatusOr<std::unique_ptr<DeviceGraph>> HipContext::Instantiate(std::span<const GraphNode> nodes,
+                                                                     std::span<const std::pair<size_t, size_t>> edges) {
+  if (absl::Status s = Bind(); !s.ok()) return s;
+  auto batch = std::make_unique<HipBatch>(this, nodes);
+  if (device_->graphs())
+    if (absl::Status s = batch->BuildGraph(edges); !s.ok()) return s;
+  return batch;
+}
+
+}  // namespace
+
+std::vector<std::unique_ptr<Device>> HipDriver::Discover() {
+  std::vector<std::unique_ptr<Device>> devices;
+  unavailable_.clear();
+  absl::StatusOr<std::unique_ptr<HipLibrary>> loaded = HipLibrary::Load();
+  if (!loaded.ok()) {
+    unavailable_ = std::string(loaded.status().message());
+    return devices;
+  }
+  std::shared_ptr<HipLibrary> hip = std::move(*loaded);
+  if (hipError_t e = hip->hipInit(0); e != hipSuccess) {
+    unavailable_ = absl::StrCat("hipInit: ", hip->ErrorText(e), " (no usable AMD GPU)");
+    return devices;
+  }
+  int count = 0;
+  if (hipError_t e = hip->hipGetDeviceCount(&count); e != hipSuccess || count == 0) {
+    unavailable_ =
+        e != hipSuccess ? absl::StrCat("hipGetDeviceCount: ", hip->ErrorText(e)) : "the HIP runtime reports no devices";
+    return devices;
+  }
+  for (int i = 0; i < count; ++i) {
+    absl::StatusOr<HipDescription> description = Describe(*hip, i, options_);
+    if (!description.ok()) {
+      absl::StrAppend(&unavailable_, unavailable_.empty() ? "" : "; ", description.status().message());
+      continue;
+    }
+    devices.push_back(std::make_unique<HipDevice>(hip, std::move(*description), options_));
+  }
+  if (!devices.empty()) unavailable_.clear();
+  return devices;
+}
+
+}  // namespace replayd

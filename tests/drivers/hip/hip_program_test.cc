@@ -1,0 +1,137 @@
+// What a HIP device makes of each program format, checked without a GPU: hip-c through
+// hiprtc for real (Debian's ROCm runtime compiles for any gfx target), hip-hsaco by its
+// form; and discovery on a machine without an AMD GPU.
+#include "drivers/hip/hip_program.h"
+
+#include <gmock/gmock.h>
+
+#include <fstream>
+#include <sstream>
+
+#include "drivers/hip/hip_driver.h"
+
+namespace replayd {
+namespace {
+
+using ::testing::HasSubstr;
+using ::testing::StartsWith;
+
+constexpr char kScale[] = R"(
+extern "C" __global__ void scale(float *x, int n) {
+  int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < n) x[i] *= 2.0f;
+})";
+
+ProgramSource Source(std::string format, std::string code, std::string entry) {
+  ProgramSource s;
+  s.format = std::move(format);
+  s.code = std::move(code);
+  s.entry = std::move(entry);
+  return s;
+}
+
+class HipProgramTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    auto hip = HipLibrary::Load();
+    if (!hip.ok()) GTEST_SKIP() << "no HIP runtime on this machine: " << hip.status();
+    if (!(*hip)->has_hiprtc()) GTEST_SKIP() << (*hip)->hiprtc_missing();
+    hip_ = std::move(*hip);
+  }
+  std::unique_ptr<HipLibrary> hip_;
+};
+
+TEST_F(HipProgramTest, HipCBecomesACodeObjectForTheTarget) {
+  auto module = BuildHipModule(Source("hip-c", kScale, "scale"), *hip_, "gfx90a:sramecc+:xnack-");
+  ASSERT_TRUE(module.ok()) << module.status();
+  EXPECT_EQ(module->entry, "scale");
+  EXPECT_THAT(module->image, StartsWith("\x7f"
+                                        "ELF"));
+  EXPECT_THAT(module->image, HasSubstr("gfx90a"));
+}
+
+TEST_F(HipProgramTest, ACppKernelIsLookedUpByItsLoweredName) {
+  auto module =
+      BuildHipModule(Source("hip-c", "__global__ void twice(float *x) { x[0] *= 2; }", "twice"), *hip_, "gfx1030");
+  ASSERT_TRUE(module.ok()) << module.status();
+  EXPECT_NE(module->entry, "twice");
+  EXPECT_THAT(module->image, HasSubstr(module->entry));
+}
+
+TEST_F(HipProgramTest, ABrokenSourceReturnsHiprtcDiagnostics) {
+  auto module = BuildHipModule(Source("hip-c", "extern \"C\" __global__ void k(float *x) {\n  x[0] = y;\n}", "k"),
+                               *hip_, "gfx90a");
+  EXPECT_EQ(module.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(module.status().message()), HasSubstr("program.hip:2"));
+}
+
+TEST_F(HipProgramTest, OptionsOutsideTheAllowListAndBadTargetsAreRefused) {
+  for (std::string bad : {"-I/etc", "--include=/etc/passwd", "-o/tmp/x", "-DA;B"}) {
+    ProgramSource s = Source("hip-c", kScale, "scale");
+    s.options = {bad};
+    EXPECT_EQ(BuildHipModule(s, *hip_, "gfx90a").status().code(), absl::StatusCode::kInvalidArgument) << bad;
+  }
+  ProgramSource fine = Source("hip-c", kScale, "scale");
+  fine.options = {"-DN=4", "-ffast-math"};
+  EXPECT_TRUE(BuildHipModule(fine, *hip_, "gfx90a").ok());
+  EXPECT_EQ(BuildHipModule(Source("hip-c", kScale, "scale"), *hip_, "gfx90a; rm").status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(BuildHipModule(Source("hip-c", kScale, "other"), *hip_, "gfx90a").status().code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
+TEST_F(HipProgramTest, CodeObjectsAreCheckedForTheirForm) {
+  EXPECT_EQ(BuildHipModule(Source("hip-hsaco", "MZ", "k"), *hip_, "gfx90a").status().code(),
+            absl::StatusCode::kInvalidArgument);
+  ProgramSource with_options = Source("hip-hsaco",
+                                      "\x7f"
+                                      "ELF",
+                                      "k");
+  with_options.options = {"-O3"};
+  EXPECT_EQ(BuildHipModule(with_options, *hip_, "gfx90a").status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(BuildHipModule(Source("cuda-c", kScale, "scale"), *hip_, "gfx90a").status().code(),
+            absl::StatusCode::kInvalidArgument);
+  auto compiled = BuildHipModule(Source("hip-c", kScale, "scale"), *hip_, "gfx90a");
+  ASSERT_TRUE(compiled.ok()) << compiled.status();
+  auto hsaco = BuildHipModule(Source("hip-hsaco", compiled->image, "scale"), *hip_, "gfx90a");
+  ASSERT_TRUE(hsaco.ok()) << hsaco.status();
+  EXPECT_EQ(hsaco->image, compiled->image);
+}
+
+// The decode demo's kernels are plain HIP as well as CUDA C: every entry compiles.
+TEST_F(HipProgramTest, TheDemosGpuKernelsCompile) {
+  std::ifstream in(std::string(REPLAYD_SOURCE_DIR) + "/client/kernels/decode.cu");
+  std::stringstream code;
+  code << in.rdbuf();
+  for (const char* entry :
+       {"embed", "rmsnorm", "matvec", "kv_store", "attn_scores", "attn_softmax", "attn_mix", "argmax"}) {
+    auto module = BuildHipModule(Source("hip-c", code.str(), entry), *hip_, "gfx90a");
+    ASSERT_TRUE(module.ok()) << entry << ": " << module.status();
+  }
+}
+
+TEST(HipDriverTest, FindsTheDevicesOrSaysWhyNot) {
+  HipDriver driver({});
+  auto devices = driver.Discover();
+  if (devices.empty()) {
+    EXPECT_FALSE(driver.unavailable().empty());
+    return;
+  }
+  for (size_t i = 0; i < devices.size(); ++i) {
+    const DeviceInfo& info = devices[i]->info();
+    EXPECT_EQ(info.id, "hip:" + std::to_string(i));
+    EXPECT_THAT(info.architecture, StartsWith("gfx"));
+    EXPECT_GT(info.total_memory, 0u);
+    EXPECT_THAT(info.formats, ::testing::Contains("hip-hsaco"));
+  }
+}
+
+TEST(HipDeviceGraphTest, ParsesTheThreeChoices) {
+  EXPECT_EQ(*ParseHipDeviceGraph("auto"), HipDeviceGraph::kAuto);
+  EXPECT_EQ(*ParseHipDeviceGraph("graph"), HipDeviceGraph::kGraph);
+  EXPECT_EQ(*ParseHipDeviceGraph("stream"), HipDeviceGraph::kStream);
+  EXPECT_EQ(ParseHipDeviceGraph("hipgraph").status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+}  // namespace
+}  // namespace replayd
