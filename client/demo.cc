@@ -131,8 +131,12 @@ class HostModel {
 // The model's state on the device: programs, weights and the KV cache in session buffers.
 class DeviceModel {
  public:
-  // `device` picks the kernels: CUDA C on cuda devices, C elsewhere.
-  DeviceModel(Session& s, const std::string& device) : s_(s), cuda_(device.rfind("cuda:", 0) == 0) {}
+  // `device` picks the kernels: the GPU source as cuda-c or hip-c on GPUs, C on the CPU.
+  DeviceModel(Session& s, const std::string& device)
+      : s_(s),
+        gpu_format_(device.rfind("cuda:", 0) == 0  ? "cuda-c"
+                    : device.rfind("hip:", 0) == 0 ? "hip-c"
+                                                   : "") {}
 
   absl::Status Load(const Weights& w, int* cache_hits, double* compile_seconds) {
     struct Def {
@@ -150,9 +154,10 @@ class DeviceModel {
                         {"attn_mix", "out,in,in,int32,int32,int32,int32", true}};
     for (const Def& d : defs) {
       // On CUDA the invocation index is the block index, not an argument.
-      absl::StatusOr<v1::Signature> sig = ParseSignature(d.signature, d.core && !cuda_);
+      absl::StatusOr<v1::Signature> sig = ParseSignature(d.signature, d.core && gpu_format_.empty());
       if (!sig.ok()) return sig.status();
-      absl::StatusOr<Program> p = cuda_ ? s_.Load({"cuda-c", DemoKernel("decode.cu"), d.entry, *sig, {}})
+      absl::StatusOr<Program> p = !gpu_format_.empty()
+                                      ? s_.Load({gpu_format_, DemoKernel("decode.cu"), d.entry, *sig, {}})
                                         : s_.Load({"cpu-c", DemoKernel("decode.c"), d.entry, *sig, {"-O2"}});
       if (!p.ok()) return p.status();
       *cache_hits += p->info().cache_hit();
@@ -261,7 +266,7 @@ class DeviceModel {
 
  private:
   Session& s_;
-  const bool cuda_;
+  const std::string gpu_format_;  // empty on the CPU
   std::map<std::string, Program> programs_;
   std::vector<Buffer> weights_, kv_;
   uint64_t weight_bytes_ = 0;

@@ -1,4 +1,4 @@
-/* The kernels of decode.c in CUDA C, for cuda-c devices: the same arguments and the same
+/* The kernels of decode.c in CUDA C, which is also HIP C (cuda-c and hip-c devices): the same arguments and the same
  * arithmetic. An invocation is one block of one thread, so `core` is the block index and
  * the launch's global size means the same as on the CPU. */
 

@@ -3,7 +3,8 @@
 // against the same 32 calls launched one at a time, each followed by a Synchronize.
 // Ratios are of figures measured in the same run; medians of interleaved runs.
 //
-//   replayd_device_bench [--device=cuda:0] [--runs=7] [--iterations=200]
+//   replayd_device_bench [--device=cuda:0|hip:0] [--runs=7] [--iterations=200]
+//                        [--hip_device_graph=graph|stream]
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
@@ -14,10 +15,14 @@
 #ifdef REPLAYD_WITH_CUDA
 #include "drivers/cuda/cuda_driver.h"
 #endif
+#ifdef REPLAYD_WITH_HIP
+#include "drivers/hip/hip_driver.h"
+#endif
 #include "tests/bench/bench_support.h"
 
 ABSL_FLAG(std::string, device, "cpu:0", "device to measure");
 ABSL_FLAG(int, iterations, 200, "chains per run");
+ABSL_FLAG(std::string, hip_device_graph, "auto", "on hip devices: graph, stream or auto (see replayd --help)");
 
 namespace replayd::bench {
 namespace {
@@ -25,7 +30,8 @@ namespace {
 using Clock = std::chrono::steady_clock;
 constexpr int kCalls = kChainCalls, kFloats = kChainFloats, kBlock = 256;
 
-constexpr char kCudaChainKernel[] = R"(
+// CUDA C, which is also HIP C.
+constexpr char kGpuChainKernel[] = R"(
 extern "C" __global__ void step(float *x, int n, int pos) {
   int i = blockIdx.x * blockDim.x + threadIdx.x;
   if (i < n) x[i] = x[i] * 0.5f + (float)pos;
@@ -59,24 +65,30 @@ Chain Open(const std::string& device, const std::filesystem::path& cache) {
 #ifdef REPLAYD_WITH_CUDA
   for (auto& d : CudaDriver({}).Discover()) devices.push_back(std::move(d));
 #endif
+#ifdef REPLAYD_WITH_HIP
+  HipDriverOptions hip;
+  hip.device_graph = Must(ParseHipDeviceGraph(absl::GetFlag(FLAGS_hip_device_graph)), "--hip_device_graph");
+  for (auto& d : HipDriver(hip).Discover()) devices.push_back(std::move(d));
+#endif
   EngineOptions options;
   options.cache_dir = cache;
   Chain c;
   c.engine = Must(Engine::Create(options, std::move(devices)), "engine");
   c.session = Must(c.engine->OpenSession("default", device), "open session on " + device);
-  const bool cuda = device.rfind("cuda:", 0) == 0;
+  const bool gpu = device.rfind("cuda:", 0) == 0 || device.rfind("hip:", 0) == 0;
   Signature sig;
   sig.params = {{"x", ParamKind::kBuffer, Access::kInout},
                 {"n", ParamKind::kInt32, Access::kNone},
                 {"pos", ParamKind::kInt32, Access::kNone}};
-  ProgramSource source{cuda ? "cuda-c" : "cpu-c", cuda ? kCudaChainKernel : kChainKernel, "step", sig, {}};
+  const std::string format = !gpu ? "cpu-c" : device.rfind("cuda:", 0) == 0 ? "cuda-c" : "hip-c";
+  ProgramSource source{format, gpu ? kGpuChainKernel : kChainKernel, "step", sig, {}};
   ProgramInfo program = Must(c.session->LoadProgram(source), "load");
   c.x = Must(c.session->AllocBuffer(kFloats * 4), "alloc");
   const Variable pos{"pos", 1, 1 << 30, 1};
   c.op.program = program.handle;
   c.op.variables = {{pos, 1}};
   c.op.args = {ViewArg{c.x, 0, 0}, Expression::Constant(kFloats), Expression::Var(0)};
-  if (cuda) {
+  if (gpu) {
     c.op.global = {Expression::Constant((kFloats + kBlock - 1) / kBlock)};
     c.op.local = {Expression::Constant(kBlock)};
   }
