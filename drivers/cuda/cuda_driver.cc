@@ -8,10 +8,11 @@
 #include "absl/synchronization/mutex.h"
 #include "drivers/cuda/cuda_library.h"
 #include "drivers/cuda/cuda_program.h"
-#include "drivers/kernel_params.h"
 #include "drivers/cuda/nvrtc.h"
 #include "drivers/device_memory.h"
+#include "drivers/kernel_params.h"
 #include "drivers/module_artifact.h"
+#include "drivers/staging.h"
 
 namespace replayd {
 
@@ -75,7 +76,7 @@ absl::StatusOr<CudaDescription> Describe(const CudaLibrary& cu, const Nvrtc* nvr
   l.max_local_total = attribute(CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_BLOCK);
   l.max_args = 64;
   info.architecture = d.arch = absl::StrCat("sm_", attribute(CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR),
-                        attribute(CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR));
+                                            attribute(CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR));
   info.formats = {"cuda-ptx", "cuda-cubin"};
   if (nvrtc) info.formats.push_back("cuda-c");
   info.driver_version = absl::StrCat("CUDA ", cu.version() / 1000, ".", cu.version() % 1000 / 10, " driver");
@@ -123,6 +124,8 @@ class CudaContext : public Context {
 
  private:
   absl::Status Fault() const;
+  // The staging schedule for a transfer at device address `address`.
+  Staging StagingFor(uint64_t address, bool to_device) ABSL_EXCLUSIVE_LOCKS_REQUIRED(staging_mu_);
 
   CudaDevice* const device_;
   CUcontext ctx_;
@@ -276,6 +279,8 @@ absl::Status CudaContext::Open() {
       return s;
     if (absl::Status s = Check(cu.cuEventCreate(&staged_[i], CU_EVENT_DISABLE_TIMING), "cuEventCreate"); !s.ok())
       return s;
+    // Recorded once, so that the first wait on a buffer has something to wait for.
+    if (absl::Status s = Check(cu.cuEventRecord(staged_[i], stream_), "cuEventRecord"); !s.ok()) return s;
   }
   return absl::OkStatus();
 }
@@ -363,51 +368,31 @@ void CudaContext::Free(const Allocation& a) {
   device_->memory().Release(a.bytes);
 }
 
+Staging CudaContext::StagingFor(uint64_t address, bool to_device) {
+  const CudaLibrary& cu = device_->cu();
+  Staging s;
+  s.buffers = staging_;
+  s.chunk = device_->options().staging_bytes;
+  s.wait = [this, &cu](int i) { return Check(cu.cuEventSynchronize(staged_[i]), "transfer"); };
+  s.copy = [this, &cu, address, to_device](int i, uint64_t offset, uint64_t n) {
+    CUresult r = to_device ? cu.cuMemcpyHtoDAsync(address + offset, staging_[i], n, stream_)
+                           : cu.cuMemcpyDtoHAsync(staging_[i], address + offset, n, stream_);
+    if (absl::Status st = Check(r, to_device ? "cuMemcpyHtoDAsync" : "cuMemcpyDtoHAsync"); !st.ok()) return st;
+    return Check(cu.cuEventRecord(staged_[i], stream_), "cuEventRecord");
+  };
+  return s;
+}
+
 absl::Status CudaContext::Write(const Allocation& dst, uint64_t offset, std::span<const uint8_t> bytes) {
   if (absl::Status s = Bind(); !s.ok()) return s;
-  const CudaLibrary& cu = device_->cu();
-  const uint64_t chunk = device_->options().staging_bytes;
   absl::MutexLock lock(&staging_mu_);
-  // Each chunk is copied into a staging buffer once the copy that last used it is done,
-  // then sent while the next one fills the other buffer. The source may be reused on
-  // return; the copies complete in stream order before any later work.
-  for (uint64_t done = 0, i = 0; done < bytes.size(); done += chunk, i ^= 1) {
-    const uint64_t n = std::min<uint64_t>(chunk, bytes.size() - done);
-    if (absl::Status s = Check(cu.cuEventSynchronize(staged_[i]), "write"); !s.ok()) return s;
-    std::memcpy(staging_[i], bytes.data() + done, n);
-    if (absl::Status s =
-            Check(cu.cuMemcpyHtoDAsync(dst.address + offset + done, staging_[i], n, stream_), "cuMemcpyHtoDAsync");
-        !s.ok())
-      return s;
-    if (absl::Status s = Check(cu.cuEventRecord(staged_[i], stream_), "cuEventRecord"); !s.ok()) return s;
-  }
-  return absl::OkStatus();
+  return StagedWrite(StagingFor(dst.address + offset, true), bytes);
 }
 
 absl::Status CudaContext::Read(const Allocation& src, uint64_t offset, std::span<uint8_t> bytes) {
   if (absl::Status s = Bind(); !s.ok()) return s;
-  const CudaLibrary& cu = device_->cu();
-  const uint64_t chunk = device_->options().staging_bytes;
   absl::MutexLock lock(&staging_mu_);
-  auto enqueue = [&](uint64_t done, int i) -> absl::Status {
-    const uint64_t n = std::min<uint64_t>(chunk, bytes.size() - done);
-    if (absl::Status s =
-            Check(cu.cuMemcpyDtoHAsync(staging_[i], src.address + offset + done, n, stream_), "cuMemcpyDtoHAsync");
-        !s.ok())
-      return s;
-    return Check(cu.cuEventRecord(staged_[i], stream_), "cuEventRecord");
-  };
-  // The copy of chunk k + 1 is queued before chunk k is taken out of its staging buffer.
-  if (bytes.empty()) return absl::OkStatus();
-  if (absl::Status s = enqueue(0, 0); !s.ok()) return s;
-  for (uint64_t done = 0, i = 0; done < bytes.size(); done += chunk, i ^= 1) {
-    const uint64_t n = std::min<uint64_t>(chunk, bytes.size() - done);
-    if (done + n < bytes.size())
-      if (absl::Status s = enqueue(done + n, static_cast<int>(i ^ 1)); !s.ok()) return s;
-    if (absl::Status s = Check(cu.cuEventSynchronize(staged_[i]), "read"); !s.ok()) return s;
-    std::memcpy(bytes.data() + done, staging_[i], n);
-  }
-  return absl::OkStatus();
+  return StagedRead(StagingFor(src.address + offset, false), bytes);
 }
 
 absl::Status CudaContext::Copy(const Allocation& dst, uint64_t dst_offset, const Allocation& src, uint64_t src_offset,

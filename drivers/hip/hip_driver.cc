@@ -11,6 +11,7 @@
 #include "drivers/hip/hip_program.h"
 #include "drivers/kernel_params.h"
 #include "drivers/module_artifact.h"
+#include "drivers/staging.h"
 
 namespace replayd {
 
@@ -102,6 +103,8 @@ class HipContext : public Context {
   hipStream_t stream() const { return stream_; }
   template <typename Submit>
   absl::StatusOr<std::optional<absl::Duration>> Timed(bool wait, Submit submit);
+  // The staging schedule for a transfer at device address `address`.
+  Staging StagingFor(uint64_t address, bool to_device) ABSL_EXCLUSIVE_LOCKS_REQUIRED(staging_mu_);
   // Launches one prepared node on the stream.
   hipError_t LaunchNode(hipFunction_t f, const Dim3& global, const Dim3& local, KernelParams& params);
 
@@ -288,6 +291,8 @@ absl::Status HipContext::Open() {
     if (absl::Status s = Check(hip.hipEventCreateWithFlags(&staged_[i], hipEventDisableTiming), "hipEventCreate");
         !s.ok())
       return s;
+    // Recorded once, so that the first wait on a buffer has something to wait for.
+    if (absl::Status s = Check(hip.hipEventRecord(staged_[i], stream_), "hipEventRecord"); !s.ok()) return s;
   }
   return absl::OkStatus();
 }
@@ -369,50 +374,32 @@ void HipContext::Free(const Allocation& a) {
   device_->memory().Release(a.bytes);
 }
 
+Staging HipContext::StagingFor(uint64_t address, bool to_device) {
+  const HipLibrary& hip = device_->hip();
+  Staging s;
+  s.buffers = staging_;
+  s.chunk = device_->options().staging_bytes;
+  s.wait = [this, &hip](int i) { return Check(hip.hipEventSynchronize(staged_[i]), "transfer"); };
+  s.copy = [this, &hip, address, to_device](int i, uint64_t offset, uint64_t n) {
+    auto at = reinterpret_cast<hipDeviceptr_t>(address + offset);
+    hipError_t e = to_device ? hip.hipMemcpyHtoDAsync(at, staging_[i], n, stream_)
+                             : hip.hipMemcpyDtoHAsync(staging_[i], at, n, stream_);
+    if (absl::Status st = Check(e, to_device ? "hipMemcpyHtoDAsync" : "hipMemcpyDtoHAsync"); !st.ok()) return st;
+    return Check(hip.hipEventRecord(staged_[i], stream_), "hipEventRecord");
+  };
+  return s;
+}
+
 absl::Status HipContext::Write(const Allocation& dst, uint64_t offset, std::span<const uint8_t> bytes) {
   if (absl::Status s = Bind(); !s.ok()) return s;
-  const HipLibrary& hip = device_->hip();
-  const uint64_t chunk = device_->options().staging_bytes;
   absl::MutexLock lock(&staging_mu_);
-  for (uint64_t done = 0, i = 0; done < bytes.size(); done += chunk, i ^= 1) {
-    const uint64_t n = std::min<uint64_t>(chunk, bytes.size() - done);
-    if (absl::Status s = Check(hip.hipEventSynchronize(staged_[i]), "write"); !s.ok()) return s;
-    std::memcpy(staging_[i], bytes.data() + done, n);
-    if (absl::Status s = Check(hip.hipMemcpyHtoDAsync(reinterpret_cast<hipDeviceptr_t>(dst.address + offset + done),
-                                                      staging_[i], n, stream_),
-                               "hipMemcpyHtoDAsync");
-        !s.ok())
-      return s;
-    if (absl::Status s = Check(hip.hipEventRecord(staged_[i], stream_), "hipEventRecord"); !s.ok()) return s;
-  }
-  return absl::OkStatus();
+  return StagedWrite(StagingFor(dst.address + offset, true), bytes);
 }
 
 absl::Status HipContext::Read(const Allocation& src, uint64_t offset, std::span<uint8_t> bytes) {
   if (absl::Status s = Bind(); !s.ok()) return s;
-  const HipLibrary& hip = device_->hip();
-  const uint64_t chunk = device_->options().staging_bytes;
   absl::MutexLock lock(&staging_mu_);
-  auto enqueue = [&](uint64_t done, int i) -> absl::Status {
-    const uint64_t n = std::min<uint64_t>(chunk, bytes.size() - done);
-    if (absl::Status s =
-            Check(hip.hipMemcpyDtoHAsync(staging_[i], reinterpret_cast<hipDeviceptr_t>(src.address + offset + done), n,
-                                         stream_),
-                  "hipMemcpyDtoHAsync");
-        !s.ok())
-      return s;
-    return Check(hip.hipEventRecord(staged_[i], stream_), "hipEventRecord");
-  };
-  if (bytes.empty()) return absl::OkStatus();
-  if (absl::Status s = enqueue(0, 0); !s.ok()) return s;
-  for (uint64_t done = 0, i = 0; done < bytes.size(); done += chunk, i ^= 1) {
-    const uint64_t n = std::min<uint64_t>(chunk, bytes.size() - done);
-    if (done + n < bytes.size())
-      if (absl::Status s = enqueue(done + n, static_cast<int>(i ^ 1)); !s.ok()) return s;
-    if (absl::Status s = Check(hip.hipEventSynchronize(staged_[i]), "read"); !s.ok()) return s;
-    std::memcpy(bytes.data() + done, staging_[i], n);
-  }
-  return absl::OkStatus();
+  return StagedRead(StagingFor(src.address + offset, false), bytes);
 }
 
 absl::Status HipContext::Copy(const Allocation& dst, uint64_t dst_offset, const Allocation& src, uint64_t src_offset,
