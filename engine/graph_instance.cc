@@ -35,10 +35,10 @@ std::vector<std::pair<size_t, size_t>> CutBatches(std::span<const char> batchabl
 }
 
 GraphInstance::GraphInstance(Graph graph, std::string structure, std::shared_ptr<Context> context)
-    : graph_(std::move(graph)),
+    : context_(std::move(context)),
+      graph_(std::move(graph)),
       structure_(std::move(structure)),
-      key_(GraphKey(structure_)),
-      context_(std::move(context)) {}
+      key_(GraphKey(structure_)) {}
 
 GraphInstance::~GraphInstance() {
   if (arena_) context_->Free(*arena_);

@@ -74,10 +74,12 @@ class GraphInstance {
   absl::Status Prepare(const BatchOptions& options);
   Dim3 EvaluateDims(const std::array<Expression, 3>& dims, std::span<const int64_t> values) const;
 
+  // Declared first, so it is destroyed last: the graph's programs hold kernels and its
+  // constants hold buffers of this context, which must not outlive it.
+  const std::shared_ptr<Context> context_;
   const Graph graph_;
   const std::string structure_;
   const std::string key_;
-  const std::shared_ptr<Context> context_;
   MemoryPlan plan_;
   std::optional<Allocation> arena_;
   std::vector<uint32_t> buffer_params_;

@@ -239,5 +239,38 @@ TEST_F(DependenciesTest, AReplayPatchesOnlyTheParameterDependentNodes) {
   EXPECT_EQ(context_->updates[2].global, (Dim3{8, 1, 1}));
 }
 
+// A kernel must not outlive its context: an instance that holds the last reference to
+// its context drops it only after the programs of its graph.
+TEST(GraphInstanceLifetimeTest, TheContextOutlivesTheKernelsOfItsGraph) {
+  auto alive = std::make_shared<bool>(true);
+  bool context_alive_at_kernel_end = false;
+  struct WatchedContext : FakeContext {
+    std::shared_ptr<bool> alive;
+    ~WatchedContext() override { *alive = false; }
+  };
+  struct WatchingKernel : FakeKernel {
+    WatchingKernel(Signature s, std::shared_ptr<bool> alive, bool* seen)
+        : FakeKernel(std::move(s)), alive(std::move(alive)), seen(seen) {}
+    ~WatchingKernel() override { *seen = *alive; }
+    std::shared_ptr<bool> alive;
+    bool* seen;
+  };
+  auto context = std::make_shared<WatchedContext>();
+  context->alive = alive;
+  Signature s;
+  s.params = {{"a", ParamKind::kBuffer, Access::kInout}};
+  auto program = std::make_shared<Program>();
+  program->kernel = std::make_unique<WatchingKernel>(s, alive, &context_alive_at_kernel_end);
+  Graph graph;
+  graph.slots.push_back({SlotKind::kInternal, 64, nullptr});
+  graph.calls.push_back({program, {SlotView{0, 0, 0}}, {}, {}});
+  program.reset();
+  auto instance = GraphInstance::Create(std::move(graph), "g", std::move(context), {32});
+  ASSERT_TRUE(instance.ok()) << instance.status();
+  instance->reset();  // the only holder of the context and of the program
+  EXPECT_FALSE(*alive);
+  EXPECT_TRUE(context_alive_at_kernel_end);
+}
+
 }  // namespace
 }  // namespace replayd
