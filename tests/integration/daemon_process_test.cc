@@ -1,14 +1,20 @@
 // The replayd binary itself: SIGHUP reloads the tenants file, SIGTERM shuts down
-// cleanly, and without a tenants file it refuses a non-loopback address.
+// cleanly, without a tenants file it refuses a non-loopback address, and a device kind
+// the machine lacks is said once in the log.
+#include <fcntl.h>
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <spawn.h>
 #include <sys/wait.h>
 
 #include <fstream>
+#include <sstream>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "client/client.h"
+#include "server/daemon.h"
 #include "tests/support/free_port.h"
 #include "tests/support/temp_dir.h"
 #include "tests/support/tenants_file.h"
@@ -18,12 +24,20 @@ extern char** environ;
 namespace replayd::client {
 namespace {
 
-pid_t Spawn(const std::vector<std::string>& argv) {
+// Starts argv; with `log`, its stdout and stderr go there.
+pid_t Spawn(const std::vector<std::string>& argv, const std::filesystem::path& log = {}) {
   std::vector<char*> args;
   for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
   args.push_back(nullptr);
+  posix_spawn_file_actions_t actions;
+  posix_spawn_file_actions_init(&actions);
+  if (!log.empty()) {
+    posix_spawn_file_actions_addopen(&actions, 1, log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    posix_spawn_file_actions_adddup2(&actions, 1, 2);
+  }
   pid_t pid = -1;
-  posix_spawn(&pid, args[0], nullptr, nullptr, args.data(), environ);
+  posix_spawn(&pid, args[0], &actions, nullptr, args.data(), environ);
+  posix_spawn_file_actions_destroy(&actions);
   return pid;
 }
 
@@ -32,7 +46,6 @@ int WaitExit(pid_t pid) {
   waitpid(pid, &status, 0);
   return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
 }
-
 
 absl::Status OpenAndClose(const std::string& address, const std::string& token) {
   ClientOptions o;
@@ -81,10 +94,39 @@ TEST(DaemonProcessTest, SighupReloadsTheTenantsAndSigtermStops) {
 
 TEST(DaemonProcessTest, WithoutTenantsANonLoopbackAddressIsRefused) {
   TempDir dir;
-  pid_t pid = Spawn({REPLAYD_BINARY, "--listen=0.0.0.0:0", "--cache_dir=" + dir.path().string(),
-                     "--log_level=error"});
+  pid_t pid = Spawn({REPLAYD_BINARY, "--listen=0.0.0.0:0", "--cache_dir=" + dir.path().string(), "--log_level=error"});
   ASSERT_GT(pid, 0);
   EXPECT_EQ(WaitExit(pid), 2);
+}
+
+// Every kind this build knows is started by default; one without hardware or vendor
+// library serves no devices and says why in one log line.
+TEST(DaemonProcessTest, AKindWithoutDevicesSaysWhyOnceAndTheRestServe) {
+  TempDir dir;
+  const std::string address = absl::StrCat("127.0.0.1:", FreePort());
+  const auto log = dir.path() / "log";
+  pid_t pid = Spawn({REPLAYD_BINARY, "--listen=" + address, "--cache_dir=" + (dir.path() / "cache").string()}, log);
+  ASSERT_GT(pid, 0);
+  absl::StatusOr<std::vector<v1::Device>> devices;
+  for (int i = 0; i < 100; ++i) {
+    devices = Client::Connect(address).ListDevices();
+    if (devices.ok()) break;
+    absl::SleepFor(absl::Milliseconds(100));
+  }
+  ASSERT_TRUE(devices.ok()) << devices.status();
+  ASSERT_EQ(kill(pid, SIGTERM), 0);
+  EXPECT_EQ(WaitExit(pid), 0);
+  std::stringstream text;
+  text << std::ifstream(log).rdbuf();
+  for (absl::string_view kind : absl::StrSplit(kKnownDeviceKinds, ',')) {
+    int served = 0;
+    for (const v1::Device& d : *devices) served += d.kind() == kind;
+    int said = 0;
+    for (absl::string_view line : absl::StrSplit(text.str(), '\n'))
+      said += absl::StrContains(line, absl::StrCat(kind, ": no devices: "));
+    EXPECT_EQ(said, served == 0 ? 1 : 0) << kind << "\n" << text.str();
+  }
+  EXPECT_TRUE(absl::StrContains(text.str(), "device cpu:0")) << text.str();
 }
 
 }  // namespace
