@@ -4,7 +4,7 @@
 # `replayctl demo`, stop the daemon.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-bash deploy/build.sh
+[ -n "${REPLAYD_PREBUILT:-}" ] || bash deploy/build.sh
 build_dir=${BUILD_DIR:-build}
 port=${REPLAYD_DEMO_PORT:-7070}
 device=${REPLAYD_DEMO_DEVICE:-cpu:0}

@@ -4,10 +4,15 @@
 # cuda:0, and the per-kernel benchmark (a replayed 32-call graph against 32 eager
 # launches) on cuda:0 and cpu:0, then writes tests/gpu/RESULTS.md with what it saw.
 # A failing step is recorded and the rest still run; the exit status says whether all
-# passed.
+# passed. On a machine that cannot build (no network, no Debian packages), pack the
+# binaries where they were built (tests/gpu/pack.sh) and run with REPLAYD_PACK=gpu-pack.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 build_dir=${BUILD_DIR:-build}
+if [ -n "${REPLAYD_PACK:-}" ]; then
+  build_dir=$REPLAYD_PACK
+  export REPLAYD_PREBUILT=1 LD_LIBRARY_PATH="$REPLAYD_PACK/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+fi
 results=tests/gpu/RESULTS.md
 logs=$(mktemp -d)
 status=0
@@ -35,7 +40,11 @@ section() {  # section TITLE NAME [FILTER]: a results section with the step's ou
   echo '```'
 }
 
-step build env BUILD_DIR="$build_dir" bash deploy/build.sh
+if [ -n "${REPLAYD_PACK:-}" ]; then
+  step build echo "prebuilt binaries from $REPLAYD_PACK"
+else
+  step build env BUILD_DIR="$build_dir" bash deploy/build.sh
+fi
 step gpu nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
 step driver "$build_dir/tests/cuda_driver_test"
 step suite "$build_dir/tests/integration_test" --gtest_filter='Devices/*'
@@ -48,7 +57,7 @@ step bench_cpu "$build_dir/tests/bench/replayd_device_bench" --device=cpu:0 --ru
   echo
   echo "Written by \`bash tests/gpu/run.sh\` on $(date -u '+%Y-%m-%d %H:%M UTC'), commit $(git rev-parse --short HEAD 2>/dev/null || echo unknown)."
   echo "Host: $(nproc) cores; GPU: $(cat "$logs/gpu" 2>/dev/null | head -n 1)."
-  section "Build" build 'error|warning|Built target replayd$'
+  section "Build" build 'error|warning|Built target replayd$|prebuilt'
   section "CUDA driver tests (cuda_driver_test)" driver '^\[ *(OK|FAILED|SKIPPED) +\]|^\[ +PASSED +\]|Skipped|Failure'
   section "Device suite (integration_test --gtest_filter='Devices/*')" suite \
     '^\[ *(OK|FAILED) +\]|^\[ +(PASSED|SKIPPED) +\] [0-9]+ test|Failure'

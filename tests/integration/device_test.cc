@@ -88,14 +88,17 @@ Kernels GpuKernels(const std::string& format, const std::string& code) {
 }
 
 struct DeviceCase {
-  std::string device;  // "cuda:0"
-  std::string format;  // the format its kernels are given in
+  std::string device;            // "cuda:0"
+  std::string format;            // the format its kernels are given in
+  bool primary_context = false;  // CUDA: --cuda_context=primary
 };
 
-void PrintTo(const DeviceCase& c, std::ostream* os) { *os << c.device << " " << c.format; }
+void PrintTo(const DeviceCase& c, std::ostream* os) {
+  *os << c.device << " " << c.format << (c.primary_context ? " primary context" : "");
+}
 
 std::string CaseName(const ::testing::TestParamInfo<DeviceCase>& info) {
-  std::string name = info.param.device + "_" + info.param.format;
+  std::string name = info.param.device + "_" + info.param.format + (info.param.primary_context ? "_primary" : "");
   for (char& c : name)
     if (!isalnum(static_cast<unsigned char>(c))) c = '_';
   return name;
@@ -137,6 +140,9 @@ class DeviceTest : public DaemonFixture, public ::testing::WithParamInterface<De
     d.engine.cache_dir = cache_.path();
     d.cpu.memory_limit = 256 << 20;
     d.devices = absl::StrSplit(kKnownDeviceKinds, ',');
+#ifdef REPLAYD_WITH_CUDA
+    if (GetParam().primary_context) d.cuda.context = CudaContextPolicy::kPrimary;
+#endif
     auto started = Daemon::Start(d);
     ASSERT_TRUE(started.ok()) << started.status();
     daemon_ = std::move(*started);
@@ -363,6 +369,7 @@ TEST_P(DeviceTest, ABrokenProgramReturnsItsDiagnostics) {
 
 TEST_P(DeviceTest, AFaultingKernelFailsOnlyItsSession) {
   if (!kernels_.no_fault_test.empty()) GTEST_SKIP() << kernels_.no_fault_test;
+  if (GetParam().primary_context) GTEST_SKIP() << "in the primary context a fault stops every session";
   auto other = client_->OpenSession(device_.id());
   ASSERT_TRUE(other.ok()) << other.status();
   Buffer mine = Alloc(64);
@@ -398,8 +405,8 @@ TEST_P(DeviceTest, ClosingTheSessionGivesBackItsMemory) {
 
 INSTANTIATE_TEST_SUITE_P(Devices, DeviceTest,
                          ::testing::Values(DeviceCase{"cpu:0", "cpu-c"}, DeviceCase{"cuda:0", "cuda-c"},
-                                           DeviceCase{"cuda:0", "cuda-ptx"}, DeviceCase{"hip:0", "hip-c"},
-                                           DeviceCase{"hip:0", "hip-hsaco"}),
+                                           DeviceCase{"cuda:0", "cuda-ptx"}, DeviceCase{"cuda:0", "cuda-c", true},
+                                           DeviceCase{"hip:0", "hip-c"}, DeviceCase{"hip:0", "hip-hsaco"}),
                          CaseName);
 
 }  // namespace

@@ -4,9 +4,7 @@
 
 #include <gmock/gmock.h>
 
-#include <fstream>
-#include <sstream>
-
+#include "client/demo.h"
 #include "drivers/cuda/cuda_driver.h"
 
 namespace replayd {
@@ -132,13 +130,11 @@ namespace {
 
 // The decode demo's CUDA kernels compile for the H100/H200 architecture, every entry.
 TEST_F(CudaProgramTest, TheDemosCudaKernelsCompile) {
-  std::ifstream in(std::string(REPLAYD_SOURCE_DIR) + "/client/kernels/decode.cu");
-  std::stringstream code;
-  code << in.rdbuf();
-  ASSERT_FALSE(code.str().empty());
+  const std::string code = client::DemoKernel("decode.cu");
+  ASSERT_FALSE(code.empty());
   for (const char* entry :
        {"embed", "rmsnorm", "matvec", "kv_store", "attn_scores", "attn_softmax", "attn_mix", "argmax"}) {
-    auto module = BuildCudaModule(Source("cuda-c", code.str(), entry), nvrtc_.get(), "sm_90");
+    auto module = BuildCudaModule(Source("cuda-c", code, entry), nvrtc_.get(), "sm_90");
     ASSERT_TRUE(module.ok()) << entry << ": " << module.status();
     EXPECT_EQ(module->entry, entry);
   }

@@ -5,9 +5,7 @@
 
 #include <gmock/gmock.h>
 
-#include <fstream>
-#include <sstream>
-
+#include "client/demo.h"
 #include "drivers/hip/hip_driver.h"
 
 namespace replayd {
@@ -100,12 +98,10 @@ TEST_F(HipProgramTest, CodeObjectsAreCheckedForTheirForm) {
 
 // The decode demo's kernels are plain HIP as well as CUDA C: every entry compiles.
 TEST_F(HipProgramTest, TheDemosGpuKernelsCompile) {
-  std::ifstream in(std::string(REPLAYD_SOURCE_DIR) + "/client/kernels/decode.cu");
-  std::stringstream code;
-  code << in.rdbuf();
+  const std::string code = client::DemoKernel("decode.cu");
   for (const char* entry :
        {"embed", "rmsnorm", "matvec", "kv_store", "attn_scores", "attn_softmax", "attn_mix", "argmax"}) {
-    auto module = BuildHipModule(Source("hip-c", code.str(), entry), *hip_, "gfx90a");
+    auto module = BuildHipModule(Source("hip-c", code, entry), *hip_, "gfx90a");
     ASSERT_TRUE(module.ok()) << entry << ": " << module.status();
   }
 }
