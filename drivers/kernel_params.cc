@@ -21,16 +21,19 @@ KernelParams::KernelParams(const Signature& signature) {
   for (size_t offset : offsets_) pointers_.push_back(block_.data() + offset);
 }
 
-void KernelParams::Pack(std::span<const ArgValue> args) {
+bool KernelParams::Pack(std::span<const ArgValue> args) {
+  bool changed = false;
   for (size_t i = 0; i < kinds_.size() && i < args.size(); ++i) {
     uint8_t* at = block_.data() + offsets_[i];
-    if (kinds_[i] == ParamKind::kInt32) {
-      const int32_t v = static_cast<int32_t>(args[i].integer);
-      std::memcpy(at, &v, 4);
-    } else {
-      std::memcpy(at, &args[i], 8);  // a device address or an int64, both 8 bytes
-    }
+    const int32_t v32 = static_cast<int32_t>(args[i].integer);
+    // A device address or an int64 are both 8 bytes.
+    const void* from = kinds_[i] == ParamKind::kInt32 ? static_cast<const void*>(&v32) : &args[i];
+    const size_t n = kinds_[i] == ParamKind::kInt32 ? 4 : 8;
+    if (std::memcmp(at, from, n) == 0) continue;
+    std::memcpy(at, from, n);
+    changed = true;
   }
+  return changed;
 }
 
 }  // namespace replayd

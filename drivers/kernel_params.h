@@ -20,8 +20,9 @@ class KernelParams {
   KernelParams(const KernelParams&) = delete;  // pointers() points into this object
   KernelParams& operator=(const KernelParams&) = delete;
 
-  // Writes `args` (one per signature param, checked by the caller) into the block.
-  void Pack(std::span<const ArgValue> args);
+  // Writes `args` (one per signature param, checked by the caller) into the block. True
+  // when a byte changed, so a device graph skips patching a node whose values are the same.
+  bool Pack(std::span<const ArgValue> args);
 
   // kernelParams for the launch: pointers()[i] addresses argument i in the block.
   void** pointers() { return pointers_.data(); }

@@ -225,6 +225,8 @@ class CudaGraph : public DeviceGraph {
       n.function = static_cast<const CudaKernel*>(nodes[i].kernel)->function();
       n.params = std::make_unique<KernelParams>(nodes[i].kernel->signature());
       n.params->Pack(nodes[i].args);
+      n.global = nodes[i].global;
+      n.local = nodes[i].local;
       for (auto [from, to] : edges)
         if (to == i) after[i].push_back(nodes_[from].node);
       CUDA_KERNEL_NODE_PARAMS p = NodeParams(n.function, nodes[i].global, nodes[i].local, *n.params);
@@ -237,9 +239,12 @@ class CudaGraph : public DeviceGraph {
   }
 
   absl::Status Update(size_t node, std::span<const ArgValue> args, const Dim3& global, const Dim3& local) override {
-    if (absl::Status s = context_->Bind(); !s.ok()) return s;
     Node& n = nodes_[node];
-    n.params->Pack(args);
+    const bool changed = n.params->Pack(args) || n.global != global || n.local != local;
+    if (!changed) return absl::OkStatus();  // the instantiated node already has these values
+    if (absl::Status s = context_->Bind(); !s.ok()) return s;
+    n.global = global;
+    n.local = local;
     CUDA_KERNEL_NODE_PARAMS p = NodeParams(n.function, global, local, *n.params);
     return context_->Check(context_->cu().cuGraphExecKernelNodeSetParams(exec_, n.node, &p),
                            "cuGraphExecKernelNodeSetParams");
@@ -254,6 +259,7 @@ class CudaGraph : public DeviceGraph {
     CUfunction function = nullptr;
     CUgraphNode node = nullptr;
     std::unique_ptr<KernelParams> params;  // heap: the node's kernelParams point into it
+    Dim3 global, local;                    // as the instantiated node has them
   };
   CudaContext* const context_;
   CUgraph graph_ = nullptr;

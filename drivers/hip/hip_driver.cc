@@ -228,10 +228,10 @@ class HipBatch : public DeviceGraph {
 
   absl::Status Update(size_t node, std::span<const ArgValue> args, const Dim3& global, const Dim3& local) override {
     Node& n = nodes_[node];
-    n.params->Pack(args);
+    const bool changed = n.params->Pack(args) || n.global != global || n.local != local;
     n.global = global;
     n.local = local;
-    if (!exec_) return absl::OkStatus();
+    if (!exec_ || !changed) return absl::OkStatus();
     if (absl::Status s = context_->Bind(); !s.ok()) return s;
     hipKernelNodeParams p = Params(n);
     return context_->Check(context_->hip().hipGraphExecKernelNodeSetParams(exec_, n.node, &p),

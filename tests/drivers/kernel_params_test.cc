@@ -9,14 +9,13 @@ namespace {
 
 Signature Sig(std::initializer_list<ParamKind> kinds) {
   Signature s;
-  for (ParamKind k : kinds)
-    s.params.push_back({"", k, k == ParamKind::kBuffer ? Access::kInout : Access::kNone});
+  for (ParamKind k : kinds) s.params.push_back({"", k, k == ParamKind::kBuffer ? Access::kInout : Access::kNone});
   return s;
 }
 
 TEST(KernelParamsTest, EachArgumentAtItsNaturalAlignment) {
-  KernelParams p(Sig({ParamKind::kBuffer, ParamKind::kInt32, ParamKind::kInt64, ParamKind::kInt32,
-                      ParamKind::kInt32, ParamKind::kBuffer}));
+  KernelParams p(Sig({ParamKind::kBuffer, ParamKind::kInt32, ParamKind::kInt64, ParamKind::kInt32, ParamKind::kInt32,
+                      ParamKind::kBuffer}));
   EXPECT_EQ(p.offset(0), 0u);
   EXPECT_EQ(p.offset(1), 8u);
   EXPECT_EQ(p.offset(2), 16u);  // int64 after an int32: padded to 8
@@ -42,15 +41,27 @@ TEST(KernelParamsTest, PackWritesValuesWhereThePointersPoint) {
   EXPECT_EQ(address, 0x7f0000001040u);
   EXPECT_EQ(i32, -7);
   EXPECT_EQ(i64, int64_t{1} << 40);
-  for (int i = 0; i < 3; ++i)
-    EXPECT_EQ(static_cast<uint8_t*>(p.pointers()[i]), p.block().data() + p.offset(i));
+  for (int i = 0; i < 3; ++i) EXPECT_EQ(static_cast<uint8_t*>(p.pointers()[i]), p.block().data() + p.offset(i));
   // Repacking patches in place: the pointers stay valid for a device graph node.
   args[1].integer = 5;
   void* before = p.pointers()[1];
-  p.Pack(args);
+  EXPECT_TRUE(p.Pack(args));
   EXPECT_EQ(p.pointers()[1], before);
   std::memcpy(&i32, p.pointers()[1], 4);
   EXPECT_EQ(i32, 5);
+}
+
+TEST(KernelParamsTest, PackSaysWhetherAnyValueChanged) {
+  KernelParams p(Sig({ParamKind::kBuffer, ParamKind::kInt32}));
+  ArgValue args[2];
+  args[0].address = 0x1000;
+  args[1].integer = 3;
+  EXPECT_TRUE(p.Pack(args));
+  EXPECT_FALSE(p.Pack(args));                // the same values: nothing to patch
+  args[1].integer = 3 + (int64_t{1} << 32);  // the same int32 once truncated
+  EXPECT_FALSE(p.Pack(args));
+  args[0].address = 0x2000;
+  EXPECT_TRUE(p.Pack(args));
 }
 
 TEST(KernelParamsTest, EmptySignature) {
