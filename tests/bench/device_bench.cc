@@ -55,9 +55,8 @@ T Must(absl::StatusOr<T> v, const std::string& what) {
   return std::move(*v);
 }
 
-// The engine over every device this build can serve, a session on `device` and the chain
-// in the device's format, captured once.
-Chain Open(const std::string& device, const std::filesystem::path& cache) {
+// Every device this build can serve on this machine.
+std::vector<std::unique_ptr<Device>> DiscoverAll() {
   std::vector<std::unique_ptr<Device>> devices;
   CpuDriverOptions cpu;
   cpu.memory_limit = 64 << 20;
@@ -70,6 +69,13 @@ Chain Open(const std::string& device, const std::filesystem::path& cache) {
   hip.device_graph = Must(ParseHipDeviceGraph(absl::GetFlag(FLAGS_hip_device_graph)), "--hip_device_graph");
   for (auto& d : HipDriver(hip).Discover()) devices.push_back(std::move(d));
 #endif
+  return devices;
+}
+
+// The engine over `devices`, a session on `device` and the chain in the device's format,
+// captured once.
+Chain Open(std::vector<std::unique_ptr<Device>> devices, const std::string& device,
+           const std::filesystem::path& cache) {
   EngineOptions options;
   options.cache_dir = cache;
   Chain c;
@@ -137,9 +143,20 @@ double DeviceUsPerKernel(Chain& c) {
 int Main() {
   const int runs = absl::GetFlag(FLAGS_runs), iterations = absl::GetFlag(FLAGS_iterations);
   const std::string device = absl::GetFlag(FLAGS_device);
+  std::vector<std::unique_ptr<Device>> devices = DiscoverAll();
+  std::string found;
+  bool there = false;
+  for (const auto& d : devices) {
+    found += (found.empty() ? "" : ", ") + d->info().id;
+    there = there || d->info().id == device;
+  }
+  if (!there) {
+    std::fprintf(stderr, "%s is not on this machine (found: %s)\n", device.c_str(), found.c_str());
+    return 1;
+  }
   char dir[] = "/tmp/replayd-device-bench-XXXXXX";
   const std::filesystem::path cache = mkdtemp(dir);
-  Chain c = Open(device, cache);
+  Chain c = Open(std::move(devices), device, cache);
   EagerUsPerKernel(c, iterations / 10 + 1);  // warm up
   GraphUsPerKernel(c, iterations / 10 + 1);
   std::vector<double> m =
