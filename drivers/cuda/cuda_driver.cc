@@ -9,6 +9,7 @@
 #include "drivers/cuda/cuda_library.h"
 #include "drivers/cuda/cuda_program.h"
 #include "drivers/cuda/nvrtc.h"
+#include "drivers/device_error.h"
 #include "drivers/device_memory.h"
 #include "drivers/kernel_params.h"
 #include "drivers/module_artifact.h"
@@ -24,8 +25,8 @@ absl::StatusOr<CudaContextPolicy> ParseCudaContextPolicy(absl::string_view name)
 
 namespace {
 
-// Errors after which the context cannot be used again: the device state is lost.
-bool IsSticky(CUresult r) {
+// A fault is an error after which the context cannot be used again.
+DeviceErrorKind Classify(CUresult r) {
   switch (r) {
     case CUDA_ERROR_ILLEGAL_ADDRESS:
     case CUDA_ERROR_LAUNCH_FAILED:
@@ -37,9 +38,14 @@ bool IsSticky(CUresult r) {
     case CUDA_ERROR_ASSERT:
     case CUDA_ERROR_ECC_UNCORRECTABLE:
     case CUDA_ERROR_CONTEXT_IS_DESTROYED:
-      return true;
+      return DeviceErrorKind::kFault;
+    case CUDA_ERROR_OUT_OF_MEMORY:
+      return DeviceErrorKind::kOutOfMemory;
+    case CUDA_ERROR_INVALID_VALUE:
+    case CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES:
+      return DeviceErrorKind::kBadRequest;
     default:
-      return false;
+      return DeviceErrorKind::kOther;
   }
 }
 
@@ -321,17 +327,13 @@ absl::Status CudaContext::Check(CUresult r, absl::string_view what) {
   if (r == CUDA_SUCCESS) return absl::OkStatus();
   const std::string text = device_->cu().ErrorText(r);
   const std::string& id = device_->info().id;
-  if (IsSticky(r)) {
-    absl::MutexLock lock(&fault_mu_);
-    if (fault_.ok())
-      fault_ = absl::FailedPreconditionError(
-          absl::StrCat(id, ": a kernel fault lost this session's context (", what, ": ", text, "); close the session"));
-    return fault_;
-  }
-  if (r == CUDA_ERROR_OUT_OF_MEMORY) return absl::ResourceExhaustedError(absl::StrCat(id, ": ", what, ": ", text));
-  if (r == CUDA_ERROR_INVALID_VALUE || r == CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES)
-    return absl::InvalidArgumentError(absl::StrCat(id, ": ", what, ": ", text));
-  return absl::InternalError(absl::StrCat(id, ": ", what, ": ", text));
+  const DeviceErrorKind kind = Classify(r);
+  if (kind != DeviceErrorKind::kFault) return DeviceError(kind, id, what, text);
+  absl::MutexLock lock(&fault_mu_);
+  if (fault_.ok())
+    fault_ = absl::FailedPreconditionError(
+        absl::StrCat(id, ": a kernel fault lost this session's context (", what, ": ", text, "); close the session"));
+  return fault_;
 }
 
 template <typename Submit>

@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
+#include "drivers/device_error.h"
 #include "drivers/device_memory.h"
 #include "drivers/hip/hip_library.h"
 #include "drivers/hip/hip_program.h"
@@ -24,10 +25,23 @@ absl::StatusOr<HipDeviceGraph> ParseHipDeviceGraph(absl::string_view name) {
 
 namespace {
 
-// Errors after which the device's state is lost (for every session: one address space).
-bool IsSticky(hipError_t e) {
-  return e == hipErrorIllegalAddress || e == hipErrorLaunchFailure || e == hipErrorAssert ||
-         e == hipErrorECCNotCorrectable;
+// A fault loses the device's state, for every session: they share one address space.
+DeviceErrorKind Classify(hipError_t e) {
+  switch (e) {
+    case hipErrorIllegalAddress:
+    case hipErrorLaunchFailure:
+    case hipErrorAssert:
+    case hipErrorECCNotCorrectable:
+      return DeviceErrorKind::kFault;
+    case hipErrorOutOfMemory:
+      return DeviceErrorKind::kOutOfMemory;
+    case hipErrorInvalidValue:
+    case hipErrorLaunchOutOfResources:
+    case hipErrorInvalidConfiguration:
+      return DeviceErrorKind::kBadRequest;
+    default:
+      return DeviceErrorKind::kOther;
+  }
 }
 
 struct HipDescription {
@@ -320,12 +334,8 @@ absl::Status HipContext::Check(hipError_t e, absl::string_view what) {
   if (e == hipSuccess) return absl::OkStatus();
   const std::string text = device_->hip().ErrorText(e);
   const std::string& id = device_->info().id;
-  if (IsSticky(e)) return device_->Fail(what, text);
-  if (e == hipErrorOutOfMemory || e == hipErrorMemoryAllocation)
-    return absl::ResourceExhaustedError(absl::StrCat(id, ": ", what, ": ", text));
-  if (e == hipErrorInvalidValue || e == hipErrorLaunchOutOfResources || e == hipErrorInvalidConfiguration)
-    return absl::InvalidArgumentError(absl::StrCat(id, ": ", what, ": ", text));
-  return absl::InternalError(absl::StrCat(id, ": ", what, ": ", text));
+  const DeviceErrorKind kind = Classify(e);
+  return kind == DeviceErrorKind::kFault ? device_->Fail(what, text) : DeviceError(kind, id, what, text);
 }
 
 template <typename Submit>

@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 
+#include <functional>
 #include <memory>
 
 #include "client/client.h"
@@ -31,6 +32,8 @@ class DaemonFixture : public ::testing::Test {
     uint64_t graph_cache_bytes = uint64_t{1} << 30;
     size_t stream_window = 8;
     std::filesystem::path tenants_file = {};
+    // Anything else, applied last.
+    std::function<void(DaemonOptions&)> adjust = nullptr;
   };
 
   void SetUp() override { Start(Options()); }
@@ -46,6 +49,7 @@ class DaemonFixture : public ::testing::Test {
     d.engine.graph_cache.max_bytes = options.graph_cache_bytes;
     d.stream_window = options.stream_window;
     d.tenants_file = options.tenants_file;
+    if (options.adjust) options.adjust(d);
     auto started = Daemon::Start(d);
     ASSERT_TRUE(started.ok()) << started.status();
     daemon_ = std::move(*started);
@@ -55,10 +59,14 @@ class DaemonFixture : public ::testing::Test {
   Client& client() { return *client_; }
   v1::Replayd::Stub& stub() { return client_->stub(); }
 
-  uint64_t FreeMemory() {
+  // The free memory ListDevices reports for `device`; 0 (and a failure) when it is not listed.
+  uint64_t FreeMemory(const std::string& device = "cpu:0") {
     auto devices = client_->ListDevices();
     EXPECT_TRUE(devices.ok()) << devices.status();
-    return devices.ok() ? (*devices)[0].free_memory() : 0;
+    for (const v1::Device& d : devices.ok() ? *devices : std::vector<v1::Device>())
+      if (d.id() == device) return d.free_memory();
+    ADD_FAILURE() << device << " is not listed";
+    return 0;
   }
 
   Session Open() {

@@ -135,18 +135,15 @@ std::vector<float> Random(size_t n, uint32_t seed) {
 class DeviceTest : public DaemonFixture, public ::testing::WithParamInterface<DeviceCase> {
  protected:
   void SetUp() override {
-    DaemonOptions d;
-    d.listen = "127.0.0.1:0";
-    d.engine.cache_dir = cache_.path();
-    d.cpu.memory_limit = 256 << 20;
-    d.devices = absl::StrSplit(kKnownDeviceKinds, ',');
+    Options options;
+    options.adjust = [this](DaemonOptions& d) {
+      d.devices = absl::StrSplit(kKnownDeviceKinds, ',');
 #ifdef REPLAYD_WITH_CUDA
-    if (GetParam().primary_context) d.cuda.context = CudaContextPolicy::kPrimary;
+      if (GetParam().primary_context) d.cuda.context = CudaContextPolicy::kPrimary;
 #endif
-    auto started = Daemon::Start(d);
-    ASSERT_TRUE(started.ok()) << started.status();
-    daemon_ = std::move(*started);
-    client_ = std::make_unique<Client>(Client::Connect(daemon_->address()));
+    };
+    Start(options);
+    if (HasFatalFailure()) return;
     auto devices = client_->ListDevices();
     ASSERT_TRUE(devices.ok()) << devices.status();
     for (const v1::Device& device : *devices)
@@ -228,14 +225,6 @@ class DeviceTest : public DaemonFixture, public ::testing::WithParamInterface<De
     auto v = session_->ReadVector<float>(b, n);
     EXPECT_TRUE(v.ok()) << v.status();
     return v.ok() ? *v : std::vector<float>();
-  }
-
-  uint64_t FreeMemoryOf(const std::string& id) {
-    auto devices = client_->ListDevices();
-    EXPECT_TRUE(devices.ok()) << devices.status();
-    for (const v1::Device& d : devices.ok() ? *devices : std::vector<v1::Device>())
-      if (d.id() == id) return d.free_memory();
-    return 0;
   }
 
   v1::Device device_;
@@ -394,13 +383,13 @@ TEST_P(DeviceTest, AFaultingKernelFailsOnlyItsSession) {
 }
 
 TEST_P(DeviceTest, ClosingTheSessionGivesBackItsMemory) {
-  const uint64_t before = FreeMemoryOf(device_.id());
+  const uint64_t before = FreeMemory(device_.id());
   {
     Buffer b = Alloc(8 << 20);
-    EXPECT_LE(FreeMemoryOf(device_.id()), before - (8 << 20));
+    EXPECT_LE(FreeMemory(device_.id()), before - (8 << 20));
   }
   ASSERT_TRUE(session_->Close().ok());
-  EXPECT_EQ(FreeMemoryOf(device_.id()), before);
+  EXPECT_EQ(FreeMemory(device_.id()), before);
 }
 
 INSTANTIATE_TEST_SUITE_P(Devices, DeviceTest,

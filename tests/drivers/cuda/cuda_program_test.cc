@@ -6,9 +6,13 @@
 
 #include "client/demo.h"
 #include "drivers/cuda/cuda_driver.h"
+#include "tests/drivers/cuda/nvrtc_fixture.h"
 
 namespace replayd {
 namespace {
+
+// NVRTC loaded, as in nvrtc_test.cc.
+using CudaProgramTest = NvrtcTest;
 
 using ::testing::HasSubstr;
 using ::testing::IsEmpty;
@@ -19,26 +23,8 @@ extern "C" __global__ void scale(float *x, int n) {
   if (i < n) x[i] *= 2.0f;
 })";
 
-ProgramSource Source(std::string format, std::string code, std::string entry) {
-  ProgramSource s;
-  s.format = std::move(format);
-  s.code = std::move(code);
-  s.entry = std::move(entry);
-  return s;
-}
-
-class CudaProgramTest : public ::testing::Test {
- protected:
-  void SetUp() override {
-    auto n = Nvrtc::Load();
-    if (!n.ok()) GTEST_SKIP() << "no NVRTC on this machine: " << n.status();
-    nvrtc_ = std::move(*n);
-  }
-  std::unique_ptr<Nvrtc> nvrtc_;
-};
-
 TEST_F(CudaProgramTest, CudaCBecomesPtxForTheDevicesArchitecture) {
-  auto module = BuildCudaModule(Source("cuda-c", kScale, "scale"), nvrtc_.get(), "sm_90");
+  auto module = BuildCudaModule(ProgramSource{"cuda-c", kScale, "scale", {}, {}}, nvrtc_.get(), "sm_90");
   ASSERT_TRUE(module.ok()) << module.status();
   EXPECT_EQ(module->entry, "scale");
   EXPECT_THAT(module->image, HasSubstr(".target sm_90"));
@@ -46,8 +32,9 @@ TEST_F(CudaProgramTest, CudaCBecomesPtxForTheDevicesArchitecture) {
 }
 
 TEST_F(CudaProgramTest, ACppKernelIsLookedUpByItsLoweredName) {
-  auto module = BuildCudaModule(Source("cuda-c", "__global__ void twice(float *x) { x[0] *= 2; }", "twice"),
-                                nvrtc_.get(), "sm_80");
+  auto module =
+      BuildCudaModule(ProgramSource{"cuda-c", "__global__ void twice(float *x) { x[0] *= 2; }", "twice", {}, {}},
+                      nvrtc_.get(), "sm_80");
   ASSERT_TRUE(module.ok()) << module.status();
   EXPECT_NE(module->entry, "twice");
   EXPECT_THAT(module->image, HasSubstr(".entry " + module->entry));
@@ -55,8 +42,9 @@ TEST_F(CudaProgramTest, ACppKernelIsLookedUpByItsLoweredName) {
 }
 
 TEST_F(CudaProgramTest, ABrokenCudaCSourceReturnsNvrtcDiagnostics) {
-  auto module = BuildCudaModule(Source("cuda-c", "extern \"C\" __global__ void k(float *x) {\n  x[0] = y;\n}", "k"),
-                                nvrtc_.get(), "sm_90");
+  auto module = BuildCudaModule(
+      ProgramSource{"cuda-c", "extern \"C\" __global__ void k(float *x) {\n  x[0] = y;\n}", "k", {}, {}}, nvrtc_.get(),
+      "sm_90");
   EXPECT_EQ(module.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(std::string(module.status().message()), HasSubstr("program.cu(2)"));
 }
@@ -64,7 +52,7 @@ TEST_F(CudaProgramTest, ABrokenCudaCSourceReturnsNvrtcDiagnostics) {
 TEST_F(CudaProgramTest, PtxPassesThroughUnderTheProgramsEntry) {
   auto ptx = nvrtc_->CompileToPtx(kScale, "scale", "sm_90", {});
   ASSERT_TRUE(ptx.ok()) << ptx.status();
-  auto module = BuildCudaModule(Source("cuda-ptx", ptx->ptx, "scale"), nvrtc_.get(), "sm_90");
+  auto module = BuildCudaModule(ProgramSource{"cuda-ptx", ptx->ptx, "scale", {}, {}}, nvrtc_.get(), "sm_90");
   ASSERT_TRUE(module.ok()) << module.status();
   EXPECT_EQ(module->entry, "scale");
   EXPECT_EQ(module->image, ptx->ptx);
@@ -72,21 +60,24 @@ TEST_F(CudaProgramTest, PtxPassesThroughUnderTheProgramsEntry) {
 
 TEST(CudaProgramFormTest, PtxAndCubinAreCheckedForTheirForm) {
   auto refused = [](ProgramSource s) { return BuildCudaModule(s, nullptr, "sm_90").status().code(); };
-  EXPECT_EQ(refused(Source("cuda-ptx", "not ptx at all", "k")), absl::StatusCode::kInvalidArgument);
-  EXPECT_EQ(refused(Source("cuda-ptx", std::string(".version 8.0\n\0x", 15), "k")), absl::StatusCode::kInvalidArgument);
-  EXPECT_EQ(refused(Source("cuda-cubin", "MZ\x90\x00", "k")), absl::StatusCode::kInvalidArgument);
-  ProgramSource with_options = Source("cuda-ptx", ".version 8.0\n.target sm_90\n", "k");
+  EXPECT_EQ(refused(ProgramSource{"cuda-ptx", "not ptx at all", "k", {}, {}}), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(refused(ProgramSource{"cuda-ptx", std::string(".version 8.0\n\0x", 15), "k", {}, {}}),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(refused(ProgramSource{"cuda-cubin", "MZ\x90\x00", "k", {}, {}}), absl::StatusCode::kInvalidArgument);
+  ProgramSource with_options = ProgramSource{"cuda-ptx", ".version 8.0\n.target sm_90\n", "k", {}, {}};
   with_options.options = {"-O3"};
   EXPECT_EQ(refused(with_options), absl::StatusCode::kInvalidArgument);
-  EXPECT_EQ(refused(Source("cpu-c", "void k(void) {}", "k")), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(refused(ProgramSource{"cpu-c", "void k(void) {}", "k", {}, {}}), absl::StatusCode::kInvalidArgument);
   // Without NVRTC there is no cuda-c.
-  EXPECT_EQ(refused(Source("cuda-c", kScale, "scale")), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(refused(ProgramSource{"cuda-c", kScale, "scale", {}, {}}), absl::StatusCode::kFailedPrecondition);
 
-  auto cubin = BuildCudaModule(Source("cuda-cubin",
-                                      std::string("\x7f"
-                                                  "ELF\x02\x01\x01",
-                                                  7),
-                                      "k"),
+  auto cubin = BuildCudaModule(ProgramSource{"cuda-cubin",
+                                             std::string("\x7f"
+                                                         "ELF\x02\x01\x01",
+                                                         7),
+                                             "k",
+                                             {},
+                                             {}},
                                nullptr, "sm_90");
   ASSERT_TRUE(cubin.ok()) << cubin.status();
   EXPECT_EQ(cubin->image.size(), 7u);
@@ -122,19 +113,13 @@ TEST(CudaContextPolicyTest, ParsesTheTwoPolicies) {
   EXPECT_EQ(ParseCudaContextPolicy("shared").status().code(), absl::StatusCode::kInvalidArgument);
 }
 
-}  // namespace
-}  // namespace replayd
-
-namespace replayd {
-namespace {
-
 // The decode demo's CUDA kernels compile for the H100/H200 architecture, every entry.
 TEST_F(CudaProgramTest, TheDemosCudaKernelsCompile) {
   const std::string code = client::DemoKernel("decode.cu");
   ASSERT_FALSE(code.empty());
   for (const char* entry :
        {"embed", "rmsnorm", "matvec", "kv_store", "attn_scores", "attn_softmax", "attn_mix", "argmax"}) {
-    auto module = BuildCudaModule(Source("cuda-c", code, entry), nvrtc_.get(), "sm_90");
+    auto module = BuildCudaModule(ProgramSource{"cuda-c", code, entry, {}, {}}, nvrtc_.get(), "sm_90");
     ASSERT_TRUE(module.ok()) << entry << ": " << module.status();
     EXPECT_EQ(module->entry, entry);
   }

@@ -4,21 +4,12 @@
 #include <gmock/gmock.h>
 
 #include "drivers/cuda/cuda_library.h"
+#include "tests/drivers/cuda/nvrtc_fixture.h"
 
 namespace replayd {
 namespace {
 
 using ::testing::HasSubstr;
-
-class NvrtcTest : public ::testing::Test {
- protected:
-  void SetUp() override {
-    auto n = Nvrtc::Load();
-    if (!n.ok()) GTEST_SKIP() << "no NVRTC on this machine: " << n.status();
-    nvrtc_ = std::move(*n);
-  }
-  std::unique_ptr<Nvrtc> nvrtc_;
-};
 
 TEST_F(NvrtcTest, CompilesCudaCToPtxForSm90) {
   auto ptx = nvrtc_->CompileToPtx(R"(
@@ -35,16 +26,15 @@ extern "C" __global__ void scale(float *x, int n, float k) {
 }
 
 TEST_F(NvrtcTest, ACppKernelGetsItsLoweredName) {
-  auto ptx = nvrtc_->CompileToPtx("__global__ void add(float *a, const float *b) { a[0] += b[0]; }",
-                                  "add", "sm_90", {});
+  auto ptx =
+      nvrtc_->CompileToPtx("__global__ void add(float *a, const float *b) { a[0] += b[0]; }", "add", "sm_90", {});
   ASSERT_TRUE(ptx.ok()) << ptx.status();
   EXPECT_NE(ptx->lowered_entry, "add");  // mangled
   EXPECT_THAT(ptx->ptx, HasSubstr(ptx->lowered_entry));
 }
 
 TEST_F(NvrtcTest, ABrokenSourceReturnsItsDiagnostics) {
-  auto ptx = nvrtc_->CompileToPtx("extern \"C\" __global__ void k(float *x) {\n  x[0] = nope;\n}\n",
-                                  "k", "sm_90", {});
+  auto ptx = nvrtc_->CompileToPtx("extern \"C\" __global__ void k(float *x) {\n  x[0] = nope;\n}\n", "k", "sm_90", {});
   EXPECT_EQ(ptx.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(std::string(ptx.status().message()), HasSubstr("program.cu(2)"));
   EXPECT_THAT(std::string(ptx.status().message()), HasSubstr("nope"));

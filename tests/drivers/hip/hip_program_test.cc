@@ -20,14 +20,6 @@ extern "C" __global__ void scale(float *x, int n) {
   if (i < n) x[i] *= 2.0f;
 })";
 
-ProgramSource Source(std::string format, std::string code, std::string entry) {
-  ProgramSource s;
-  s.format = std::move(format);
-  s.code = std::move(code);
-  s.entry = std::move(entry);
-  return s;
-}
-
 class HipProgramTest : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -40,7 +32,7 @@ class HipProgramTest : public ::testing::Test {
 };
 
 TEST_F(HipProgramTest, HipCBecomesACodeObjectForTheTarget) {
-  auto module = BuildHipModule(Source("hip-c", kScale, "scale"), *hip_, "gfx90a:sramecc+:xnack-");
+  auto module = BuildHipModule(ProgramSource{"hip-c", kScale, "scale", {}, {}}, *hip_, "gfx90a:sramecc+:xnack-");
   ASSERT_TRUE(module.ok()) << module.status();
   EXPECT_EQ(module->entry, "scale");
   EXPECT_THAT(module->image, StartsWith("\x7f"
@@ -49,49 +41,52 @@ TEST_F(HipProgramTest, HipCBecomesACodeObjectForTheTarget) {
 }
 
 TEST_F(HipProgramTest, ACppKernelIsLookedUpByItsLoweredName) {
-  auto module =
-      BuildHipModule(Source("hip-c", "__global__ void twice(float *x) { x[0] *= 2; }", "twice"), *hip_, "gfx1030");
+  auto module = BuildHipModule(
+      ProgramSource{"hip-c", "__global__ void twice(float *x) { x[0] *= 2; }", "twice", {}, {}}, *hip_, "gfx1030");
   ASSERT_TRUE(module.ok()) << module.status();
   EXPECT_NE(module->entry, "twice");
   EXPECT_THAT(module->image, HasSubstr(module->entry));
 }
 
 TEST_F(HipProgramTest, ABrokenSourceReturnsHiprtcDiagnostics) {
-  auto module = BuildHipModule(Source("hip-c", "extern \"C\" __global__ void k(float *x) {\n  x[0] = y;\n}", "k"),
-                               *hip_, "gfx90a");
+  auto module =
+      BuildHipModule(ProgramSource{"hip-c", "extern \"C\" __global__ void k(float *x) {\n  x[0] = y;\n}", "k", {}, {}},
+                     *hip_, "gfx90a");
   EXPECT_EQ(module.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(std::string(module.status().message()), HasSubstr("program.hip:2"));
 }
 
 TEST_F(HipProgramTest, OptionsOutsideTheAllowListAndBadTargetsAreRefused) {
   for (std::string bad : {"-I/etc", "--include=/etc/passwd", "-o/tmp/x", "-DA;B"}) {
-    ProgramSource s = Source("hip-c", kScale, "scale");
+    ProgramSource s = ProgramSource{"hip-c", kScale, "scale", {}, {}};
     s.options = {bad};
     EXPECT_EQ(BuildHipModule(s, *hip_, "gfx90a").status().code(), absl::StatusCode::kInvalidArgument) << bad;
   }
-  ProgramSource fine = Source("hip-c", kScale, "scale");
+  ProgramSource fine = ProgramSource{"hip-c", kScale, "scale", {}, {}};
   fine.options = {"-DN=4", "-ffast-math"};
   EXPECT_TRUE(BuildHipModule(fine, *hip_, "gfx90a").ok());
-  EXPECT_EQ(BuildHipModule(Source("hip-c", kScale, "scale"), *hip_, "gfx90a; rm").status().code(),
+  EXPECT_EQ(BuildHipModule(ProgramSource{"hip-c", kScale, "scale", {}, {}}, *hip_, "gfx90a; rm").status().code(),
             absl::StatusCode::kInvalidArgument);
-  EXPECT_EQ(BuildHipModule(Source("hip-c", kScale, "other"), *hip_, "gfx90a").status().code(),
+  EXPECT_EQ(BuildHipModule(ProgramSource{"hip-c", kScale, "other", {}, {}}, *hip_, "gfx90a").status().code(),
             absl::StatusCode::kInvalidArgument);
 }
 
 TEST_F(HipProgramTest, CodeObjectsAreCheckedForTheirForm) {
-  EXPECT_EQ(BuildHipModule(Source("hip-hsaco", "MZ", "k"), *hip_, "gfx90a").status().code(),
+  EXPECT_EQ(BuildHipModule(ProgramSource{"hip-hsaco", "MZ", "k", {}, {}}, *hip_, "gfx90a").status().code(),
             absl::StatusCode::kInvalidArgument);
-  ProgramSource with_options = Source("hip-hsaco",
-                                      "\x7f"
-                                      "ELF",
-                                      "k");
+  ProgramSource with_options = ProgramSource{"hip-hsaco",
+                                             "\x7f"
+                                             "ELF",
+                                             "k",
+                                             {},
+                                             {}};
   with_options.options = {"-O3"};
   EXPECT_EQ(BuildHipModule(with_options, *hip_, "gfx90a").status().code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_EQ(BuildHipModule(Source("cuda-c", kScale, "scale"), *hip_, "gfx90a").status().code(),
+  EXPECT_EQ(BuildHipModule(ProgramSource{"cuda-c", kScale, "scale", {}, {}}, *hip_, "gfx90a").status().code(),
             absl::StatusCode::kInvalidArgument);
-  auto compiled = BuildHipModule(Source("hip-c", kScale, "scale"), *hip_, "gfx90a");
+  auto compiled = BuildHipModule(ProgramSource{"hip-c", kScale, "scale", {}, {}}, *hip_, "gfx90a");
   ASSERT_TRUE(compiled.ok()) << compiled.status();
-  auto hsaco = BuildHipModule(Source("hip-hsaco", compiled->image, "scale"), *hip_, "gfx90a");
+  auto hsaco = BuildHipModule(ProgramSource{"hip-hsaco", compiled->image, "scale", {}, {}}, *hip_, "gfx90a");
   ASSERT_TRUE(hsaco.ok()) << hsaco.status();
   EXPECT_EQ(hsaco->image, compiled->image);
 }
@@ -101,7 +96,7 @@ TEST_F(HipProgramTest, TheDemosGpuKernelsCompile) {
   const std::string code = client::DemoKernel("decode.cu");
   for (const char* entry :
        {"embed", "rmsnorm", "matvec", "kv_store", "attn_scores", "attn_softmax", "attn_mix", "argmax"}) {
-    auto module = BuildHipModule(Source("hip-c", code, entry), *hip_, "gfx90a");
+    auto module = BuildHipModule(ProgramSource{"hip-c", code, entry, {}, {}}, *hip_, "gfx90a");
     ASSERT_TRUE(module.ok()) << entry << ": " << module.status();
   }
 }
