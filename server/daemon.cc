@@ -40,8 +40,8 @@ absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> ServerCredentials(const
   return grpc::SslServerCredentials(ssl);
 }
 
-// The devices of one kind; a kind whose vendor library or hardware is missing gives
-// none and says why, once.
+}  // namespace
+
 absl::StatusOr<std::vector<std::unique_ptr<Device>>> DiscoverDevices(const std::string& kind,
                                                                      const DaemonOptions& options) {
   if (kind == "cpu") return CpuDriver(options.cpu).Discover();
@@ -64,8 +64,6 @@ absl::StatusOr<std::vector<std::unique_ptr<Device>>> DiscoverDevices(const std::
   return absl::InvalidArgumentError(
       absl::StrCat("device kind \"", kind, "\" is not supported by this build (known: ", kKnownDeviceKinds, ")"));
 }
-
-}  // namespace
 
 absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(DaemonOptions options) {
   std::vector<std::unique_ptr<Device>> devices;

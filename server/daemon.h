@@ -55,6 +55,12 @@ struct DaemonOptions {
   std::filesystem::path tls_cert, tls_key, tls_client_ca;
 };
 
+// The devices of `kind` ("cpu", "cuda", "hip") with the driver options in `options`. A kind
+// whose vendor library or hardware is missing gives none and logs why, once;
+// INVALID_ARGUMENT for a kind this build does not know.
+absl::StatusOr<std::vector<std::unique_ptr<Device>>> DiscoverDevices(const std::string& kind,
+                                                                     const DaemonOptions& options);
+
 class Daemon {
  public:
   // Starts serving. INVALID_ARGUMENT for an unknown device kind; UNAVAILABLE when the

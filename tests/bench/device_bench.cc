@@ -10,14 +10,9 @@
 #include <filesystem>
 
 #include "absl/flags/flag.h"
-#include "drivers/cpu/cpu_driver.h"
+#include "absl/strings/str_split.h"
 #include "engine/engine.h"
-#ifdef REPLAYD_WITH_CUDA
-#include "drivers/cuda/cuda_driver.h"
-#endif
-#ifdef REPLAYD_WITH_HIP
-#include "drivers/hip/hip_driver.h"
-#endif
+#include "server/daemon.h"
 #include "tests/bench/bench_support.h"
 
 ABSL_FLAG(std::string, device, "cpu:0", "device to measure");
@@ -57,18 +52,14 @@ T Must(absl::StatusOr<T> v, const std::string& what) {
 
 // Every device this build can serve on this machine.
 std::vector<std::unique_ptr<Device>> DiscoverAll() {
-  std::vector<std::unique_ptr<Device>> devices;
-  CpuDriverOptions cpu;
-  cpu.memory_limit = 64 << 20;
-  for (auto& d : CpuDriver(cpu).Discover()) devices.push_back(std::move(d));
-#ifdef REPLAYD_WITH_CUDA
-  for (auto& d : CudaDriver({}).Discover()) devices.push_back(std::move(d));
-#endif
+  DaemonOptions options;
+  options.cpu.memory_limit = 64 << 20;
 #ifdef REPLAYD_WITH_HIP
-  HipDriverOptions hip;
-  hip.device_graph = Must(ParseHipDeviceGraph(absl::GetFlag(FLAGS_hip_device_graph)), "--hip_device_graph");
-  for (auto& d : HipDriver(hip).Discover()) devices.push_back(std::move(d));
+  options.hip.device_graph = Must(ParseHipDeviceGraph(absl::GetFlag(FLAGS_hip_device_graph)), "--hip_device_graph");
 #endif
+  std::vector<std::unique_ptr<Device>> devices;
+  for (absl::string_view kind : absl::StrSplit(kKnownDeviceKinds, ','))
+    for (auto& d : Must(DiscoverDevices(std::string(kind), options), "discover")) devices.push_back(std::move(d));
   return devices;
 }
 
