@@ -19,14 +19,13 @@
 #include <memory>
 #include <optional>
 #include <span>
-#include <utility>
-
-#include "absl/strings/string_view.h"
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "absl/time/time.h"
 
 namespace replayd {
@@ -54,7 +53,7 @@ struct DeviceInfo {
   std::vector<std::string> formats;  // program formats this device accepts
   std::string driver_version;
   std::string architecture;  // "sm_90", "gfx90a", "x86_64"
-  std::string target;  // compile target, part of every compile key ("x86_64-gcc-12.2")
+  std::string target;        // compile target, part of every compile key ("x86_64-gcc-12.2")
 };
 
 // A kernel argument as the signature declares it.
@@ -101,12 +100,17 @@ class Kernel {
   virtual const Signature& signature() const = 0;
 };
 
-// One kernel launch of a device graph: the kernel, its packed arguments and dimensions.
+// One node of a device graph: a kernel launch (the kernel, its packed arguments and
+// dimensions) or, with no kernel, a device-to-device copy of `copy_bytes` from the
+// address args[1] to the address args[0] (ranges that do not overlap).
 struct GraphNode {
-  const Kernel* kernel = nullptr;
+  const Kernel* kernel = nullptr;  // null: a copy
   std::vector<ArgValue> args;
   Dim3 global{1, 1, 1};
   Dim3 local{1, 1, 1};
+  uint64_t copy_bytes = 0;  // copies only
+
+  bool is_copy() const { return kernel == nullptr; }
 };
 
 // A batch of launches prepared once and submitted many times (a CUDA graph, a HIP graph,
@@ -118,9 +122,9 @@ class DeviceGraph {
  public:
   virtual ~DeviceGraph() = default;
   // Replaces node `node`'s arguments (same count and kinds as instantiated) and
-  // dimensions (within the device's limits). Takes effect at the next Launch.
-  virtual absl::Status Update(size_t node, std::span<const ArgValue> args, const Dim3& global,
-                              const Dim3& local) = 0;
+  // dimensions (within the device's limits; ignored for a copy, whose arguments are its
+  // destination and source addresses). Takes effect at the next Launch.
+  virtual absl::Status Update(size_t node, std::span<const ArgValue> args, const Dim3& global, const Dim3& local) = 0;
   // Submits every node in order on the owning context. With `wait`, returns after
   // completion with the device time.
   virtual absl::StatusOr<std::optional<absl::Duration>> Launch(bool wait) = 0;
@@ -138,27 +142,24 @@ class Context {
 
   // Host <-> device copies of `bytes.size()` bytes at `offset`. The caller has checked
   // the range. Write returns once the source may be reused; Read once the bytes are there.
-  virtual absl::Status Write(const Allocation& dst, uint64_t offset,
-                             std::span<const uint8_t> bytes) = 0;
-  virtual absl::Status Read(const Allocation& src, uint64_t offset,
-                            std::span<uint8_t> bytes) = 0;
-  // Device-to-device copy; ranges checked by the caller.
-  virtual absl::Status Copy(const Allocation& dst, uint64_t dst_offset,
-                            const Allocation& src, uint64_t src_offset,
+  virtual absl::Status Write(const Allocation& dst, uint64_t offset, std::span<const uint8_t> bytes) = 0;
+  virtual absl::Status Read(const Allocation& src, uint64_t offset, std::span<uint8_t> bytes) = 0;
+  // Device-to-device copy, submitted in order like a launch; ranges checked by the
+  // caller. A fault is returned here or by the next Synchronize.
+  virtual absl::Status Copy(const Allocation& dst, uint64_t dst_offset, const Allocation& src, uint64_t src_offset,
                             uint64_t bytes) = 0;
 
   // Loads an artifact produced by Device::Compile for `source`. The returned kernel
   // stays valid until it is destroyed; it must not outlive this context.
-  virtual absl::StatusOr<std::unique_ptr<Kernel>> Load(
-      const ProgramSource& source, const std::filesystem::path& artifact) = 0;
+  virtual absl::StatusOr<std::unique_ptr<Kernel>> Load(const ProgramSource& source,
+                                                       const std::filesystem::path& artifact) = 0;
 
   // Submits one launch. `args` follow kernel.signature() (checked by the caller);
   // dimensions are within the device's limits. With `wait`, returns after completion
   // with the device time; without, the time is unset and completion is observed by
   // Synchronize. A kernel fault is returned here or by the next Synchronize.
-  virtual absl::StatusOr<std::optional<absl::Duration>> Launch(
-      const Kernel& kernel, std::span<const ArgValue> args, const Dim3& global,
-      const Dim3& local, bool wait) = 0;
+  virtual absl::StatusOr<std::optional<absl::Duration>> Launch(const Kernel& kernel, std::span<const ArgValue> args,
+                                                               const Dim3& global, const Dim3& local, bool wait) = 0;
 
   // Waits for every submission of this context to complete.
   virtual absl::Status Synchronize() = 0;
@@ -192,8 +193,7 @@ class Device {
   // renames into the compile cache). INVALID_ARGUMENT carrying the compiler's
   // diagnostics when the source does not compile; DEADLINE_EXCEEDED past the compile
   // time limit.
-  virtual absl::Status Compile(const ProgramSource& source,
-                               const std::filesystem::path& output) = 0;
+  virtual absl::Status Compile(const ProgramSource& source, const std::filesystem::path& output) = 0;
 
   // A new context for one session.
   virtual absl::StatusOr<std::unique_ptr<Context>> OpenContext() = 0;

@@ -39,6 +39,14 @@ struct LaunchOp {
   bool wait = false;
 };
 
+// A device-to-device copy from `src` to `dst`: views of the same length that do not
+// overlap. Ordered with the session's launches; recorded when a capture is open.
+struct CopyOp {
+  ViewArg dst;
+  ViewArg src;
+  bool wait = false;
+};
+
 struct LaunchResult {
   std::optional<absl::Duration> device_time;
 };
@@ -55,12 +63,23 @@ absl::StatusOr<int64_t> EvaluateChecked(const Expression& e, std::span<const Var
 
 // The three dimensions of `dims` within `max` per dimension and `max_total` in product;
 // INVALID_ARGUMENT naming `what` ("global", "local") and the value otherwise.
-absl::StatusOr<Dim3> CheckDims(const std::vector<uint64_t>& dims, const Dim3& max,
-                               uint64_t max_total, absl::string_view what);
+absl::StatusOr<Dim3> CheckDims(const std::vector<uint64_t>& dims, const Dim3& max, uint64_t max_total,
+                               absl::string_view what);
 
 // The byte range a view covers in a buffer of `size` bytes: (offset, length) with the
 // zero length resolved, or INVALID_ARGUMENT when it is empty or out of range.
 absl::StatusOr<std::pair<uint64_t, uint64_t>> ResolveView(const ViewArg& view, uint64_t size);
+
+// The byte count of a copy between the resolved ranges (offset, length) `dst` and `src`,
+// in the same buffer when `same_buffer`: INVALID_ARGUMENT when the lengths differ or the
+// ranges overlap.
+absl::StatusOr<uint64_t> CheckCopyRanges(std::pair<uint64_t, uint64_t> dst, std::pair<uint64_t, uint64_t> src,
+                                         bool same_buffer);
+
+// Submits a copy of `bytes` from device address `src` to `dst` on `context`; with `wait`,
+// returns after completion with the time it took.
+absl::StatusOr<std::optional<absl::Duration>> SubmitCopy(Context& context, uint64_t dst, uint64_t src, uint64_t bytes,
+                                                         bool wait);
 
 }  // namespace replayd
 

@@ -17,18 +17,15 @@ struct Use {
 
 std::vector<Use> UsesOf(const Graph& g, const GraphCall& call, std::span<const uint64_t> arena_offsets) {
   std::vector<Use> uses;
-  const std::vector<Param>& params = call.program->kernel->signature().params;
-  for (size_t i = 0; i < call.args.size() && i < params.size(); ++i) {
+  for (size_t i = 0; i < call.args.size(); ++i) {
     const SlotView* v = std::get_if<SlotView>(&call.args[i]);
     if (!v) continue;
     const Slot& slot = g.slots[v->slot];
     uint64_t begin = v->offset, length = v->length ? v->length : slot.bytes - v->offset;
     if (slot.kind == SlotKind::kInternal) begin += arena_offsets[v->slot];
-    const Access a = params[i].access;
-    uses.push_back({slot.kind, v->slot,
-                    slot.kind == SlotKind::kConstant ? slot.constant->allocation.address : 0, begin,
-                    begin + length, a == Access::kIn || a == Access::kInout,
-                    a == Access::kOut || a == Access::kInout});
+    const Access a = call.access(i);
+    uses.push_back({slot.kind, v->slot, slot.kind == SlotKind::kConstant ? slot.constant->allocation.address : 0, begin,
+                    begin + length, a == Access::kIn || a == Access::kInout, a == Access::kOut || a == Access::kInout});
   }
   return uses;
 }
@@ -37,8 +34,7 @@ bool MayShareBytes(const Use& a, const Use& b) {
   const bool ranges = a.begin < b.end && b.begin < a.end;
   const bool a_internal = a.kind == SlotKind::kInternal, b_internal = b.kind == SlotKind::kInternal;
   if (a_internal || b_internal) return a_internal && b_internal && ranges;
-  if (a.kind == SlotKind::kConstant && b.kind == SlotKind::kConstant)
-    return a.identity == b.identity && ranges;
+  if (a.kind == SlotKind::kConstant && b.kind == SlotKind::kConstant) return a.identity == b.identity && ranges;
   if (a.kind == SlotKind::kParameter && b.kind == SlotKind::kParameter && a.slot == b.slot) return ranges;
   return true;  // a parameter may be any buffer, another parameter or a constant included
 }
@@ -52,8 +48,7 @@ bool Conflict(const std::vector<Use>& earlier, const std::vector<Use>& later) {
 
 }  // namespace
 
-std::vector<std::pair<size_t, size_t>> DependencyEdges(const Graph& graph,
-                                                       std::span<const uint64_t> arena_offsets,
+std::vector<std::pair<size_t, size_t>> DependencyEdges(const Graph& graph, std::span<const uint64_t> arena_offsets,
                                                        size_t begin, size_t end) {
   const size_t n = end - begin;
   std::vector<std::vector<Use>> uses(n);

@@ -13,17 +13,16 @@
 namespace replayd {
 namespace {
 
-absl::Status CheckDimBounds(const std::array<Expression, 3>& dims, const Dim3& max,
-                            uint64_t max_total, std::span<const Variable> variables,
-                            absl::string_view what) {
+absl::Status CheckDimBounds(const std::array<Expression, 3>& dims, const Dim3& max, uint64_t max_total,
+                            std::span<const Variable> variables, absl::string_view what) {
   uint64_t total = 1;
   for (int d = 0; d < 3; ++d) {
     absl::StatusOr<Interval> b = dims[d].Bounds(variables);
     if (!b.ok()) return absl::InvalidArgumentError(absl::StrCat(what, "[", d, "]: ", b.status().message()));
     if (b->min < 1 || static_cast<uint64_t>(b->max) > max[d])
-      return absl::InvalidArgumentError(absl::StrCat(
-          what, "[", d, "] = ", dims[d].ToString(variables), " ranges over [", b->min, ", ",
-          b->max, "], outside [1, ", max[d], "]"));
+      return absl::InvalidArgumentError(absl::StrCat(what, "[", d, "] = ", dims[d].ToString(variables),
+                                                     " ranges over [", b->min, ", ", b->max, "], outside [1, ", max[d],
+                                                     "]"));
     if (total > max_total / static_cast<uint64_t>(b->max))
       return absl::InvalidArgumentError(
           absl::StrCat(what, " can reach more than the device limit of ", max_total, " in total"));
@@ -32,26 +31,49 @@ absl::Status CheckDimBounds(const std::array<Expression, 3>& dims, const Dim3& m
   return absl::OkStatus();
 }
 
+// The range argument `i` of `call` covers in its slot, after checking it is a view.
+absl::StatusOr<std::pair<uint64_t, uint64_t>> CheckViewArg(const Graph& g, const GraphCall& call, size_t i) {
+  const SlotView* v = std::get_if<SlotView>(&call.args[i]);
+  if (!v) return absl::InvalidArgumentError(absl::StrCat("argument ", i, " must be a view"));
+  if (v->slot >= g.slots.size())
+    return absl::InvalidArgumentError(absl::StrCat("argument ", i, ": slot ", v->slot, " of ", g.slots.size()));
+  absl::StatusOr<std::pair<uint64_t, uint64_t>> r =
+      ResolveView({v->slot, v->offset, v->length}, g.slots[v->slot].bytes);
+  if (!r.ok()) return absl::InvalidArgumentError(absl::StrCat("argument ", i, ": ", r.status().message()));
+  return r;
+}
+
+absl::Status CheckCopyCall(const Graph& g, const GraphCall& call) {
+  if (call.args.size() != 2)
+    return absl::InvalidArgumentError(absl::StrCat("a copy takes 2 views, got ", call.args.size()));
+  absl::StatusOr<std::pair<uint64_t, uint64_t>> dst = CheckViewArg(g, call, 0);
+  if (!dst.ok()) return dst.status();
+  absl::StatusOr<std::pair<uint64_t, uint64_t>> src = CheckViewArg(g, call, 1);
+  if (!src.ok()) return src.status();
+  const bool same_slot = std::get<SlotView>(call.args[0]).slot == std::get<SlotView>(call.args[1]).slot;
+  if (absl::StatusOr<uint64_t> n = CheckCopyRanges(*dst, *src, same_slot); !n.ok()) return n.status();
+  for (int d = 0; d < 3; ++d)
+    if (call.global[d] != Expression::Constant(1) || call.local[d] != Expression::Constant(1))
+      return absl::InvalidArgumentError("a copy has no launch dimensions");
+  return absl::OkStatus();
+}
+
 absl::Status CheckCall(const Graph& g, size_t index, const DeviceInfo& device) {
   const GraphCall& call = g.calls[index];
   auto fail = [&](const absl::Status& s) {
     return absl::Status(s.code(), absl::StrCat("call ", index, ": ", s.message()));
   };
-  if (!call.program) return fail(absl::InvalidArgumentError("no program"));
+  if (call.is_copy()) {
+    if (absl::Status s = CheckCopyCall(g, call); !s.ok()) return fail(s);
+    return absl::OkStatus();
+  }
   const std::vector<Param>& params = call.program->kernel->signature().params;
   if (call.args.size() != params.size())
-    return fail(absl::InvalidArgumentError(absl::StrCat(call.program->entry, " takes ", params.size(),
-                                                        " arguments, got ", call.args.size())));
+    return fail(absl::InvalidArgumentError(
+        absl::StrCat(call.program->entry, " takes ", params.size(), " arguments, got ", call.args.size())));
   for (size_t i = 0; i < params.size(); ++i) {
     if (params[i].kind == ParamKind::kBuffer) {
-      const SlotView* v = std::get_if<SlotView>(&call.args[i]);
-      if (!v) return fail(absl::InvalidArgumentError(absl::StrCat("argument ", i, " must be a view")));
-      if (v->slot >= g.slots.size())
-        return fail(absl::InvalidArgumentError(absl::StrCat("argument ", i, ": slot ", v->slot,
-                                                            " of ", g.slots.size())));
-      absl::StatusOr<std::pair<uint64_t, uint64_t>> r =
-          ResolveView({v->slot, v->offset, v->length}, g.slots[v->slot].bytes);
-      if (!r.ok()) return fail(absl::InvalidArgumentError(absl::StrCat("argument ", i, ": ", r.status().message())));
+      if (absl::StatusOr<std::pair<uint64_t, uint64_t>> r = CheckViewArg(g, call, i); !r.ok()) return fail(r.status());
       continue;
     }
     const Expression* e = std::get_if<Expression>(&call.args[i]);
@@ -60,15 +82,13 @@ absl::Status CheckCall(const Graph& g, size_t index, const DeviceInfo& device) {
     if (!b.ok()) return fail(absl::InvalidArgumentError(absl::StrCat("argument ", i, ": ", b.status().message())));
     if (params[i].kind == ParamKind::kInt32 &&
         (b->min < std::numeric_limits<int32_t>::min() || b->max > std::numeric_limits<int32_t>::max()))
-      return fail(absl::InvalidArgumentError(absl::StrCat("argument ", i, " ranges over [", b->min,
-                                                          ", ", b->max, "], past int32")));
+      return fail(absl::InvalidArgumentError(
+          absl::StrCat("argument ", i, " ranges over [", b->min, ", ", b->max, "], past int32")));
   }
   const LaunchLimits& l = device.limits;
-  if (absl::Status s = CheckDimBounds(call.global, l.max_global, l.max_global_total, g.variables, "global");
-      !s.ok())
+  if (absl::Status s = CheckDimBounds(call.global, l.max_global, l.max_global_total, g.variables, "global"); !s.ok())
     return fail(s);
-  if (absl::Status s = CheckDimBounds(call.local, l.max_local, l.max_local_total, g.variables, "local");
-      !s.ok())
+  if (absl::Status s = CheckDimBounds(call.local, l.max_local, l.max_local_total, g.variables, "local"); !s.ok())
     return fail(s);
   return absl::OkStatus();
 }
@@ -85,6 +105,18 @@ void Append(std::string& out, const Expression& e) {
 
 }  // namespace
 
+Access GraphCall::access(size_t arg) const {
+  if (is_copy()) return arg == 0 ? Access::kOut : Access::kIn;
+  const std::vector<Param>& params = program->kernel->signature().params;
+  return arg < params.size() ? params[arg].access : Access::kNone;
+}
+
+GraphCall CopyCall(const SlotView& dst, const SlotView& src) {
+  GraphCall call;
+  call.args = {dst, src};
+  return call;
+}
+
 absl::Status CheckGraph(const Graph& g, const DeviceInfo& device) {
   if (g.calls.empty()) return absl::InvalidArgumentError("graph has no calls");
   if (g.calls.size() > kMaxGraphCalls)
@@ -92,8 +124,8 @@ absl::Status CheckGraph(const Graph& g, const DeviceInfo& device) {
   if (g.slots.size() > kMaxGraphSlots)
     return absl::InvalidArgumentError(absl::StrCat("graph has ", g.slots.size(), " slots; at most ", kMaxGraphSlots));
   if (g.variables.size() > kMaxGraphVariables)
-    return absl::InvalidArgumentError(absl::StrCat("graph has ", g.variables.size(),
-                                                   " variables; at most ", kMaxGraphVariables));
+    return absl::InvalidArgumentError(
+        absl::StrCat("graph has ", g.variables.size(), " variables; at most ", kMaxGraphVariables));
   absl::flat_hash_set<std::string> names;
   for (const Variable& v : g.variables) {
     if (absl::Status s = CheckVariable(v); !s.ok()) return s;
@@ -106,8 +138,8 @@ absl::Status CheckGraph(const Graph& g, const DeviceInfo& device) {
       return absl::InvalidArgumentError(absl::StrCat("slot ", i, ": a constant needs a buffer"));
     if (s.bytes == 0) return absl::InvalidArgumentError(absl::StrCat("slot ", i, " has 0 bytes"));
     if (s.bytes > device.total_memory)
-      return absl::ResourceExhaustedError(absl::StrCat("slot ", i, " of ", s.bytes, " bytes exceeds ",
-                                                       device.id, "'s memory"));
+      return absl::ResourceExhaustedError(
+          absl::StrCat("slot ", i, " of ", s.bytes, " bytes exceeds ", device.id, "'s memory"));
   }
   for (size_t i = 0; i < g.calls.size(); ++i)
     if (absl::Status s = CheckCall(g, i, device); !s.ok()) return s;
@@ -115,7 +147,7 @@ absl::Status CheckGraph(const Graph& g, const DeviceInfo& device) {
 }
 
 std::string GraphStructure(const Graph& g, uint64_t address_space) {
-  std::string out = "replayd-graph-v1";
+  std::string out = "replayd-graph-v2";
   Append(out, static_cast<int64_t>(address_space));
   Append(out, static_cast<int64_t>(g.variables.size()));
   for (const Variable& v : g.variables) {
@@ -131,7 +163,12 @@ std::string GraphStructure(const Graph& g, uint64_t address_space) {
   }
   Append(out, static_cast<int64_t>(g.calls.size()));
   for (const GraphCall& c : g.calls) {
-    out.append(c.program->key);
+    if (c.is_copy()) {
+      out.push_back('c');
+    } else {
+      out.push_back('k');
+      out.append(c.program->key);
+    }
     Append(out, static_cast<int64_t>(c.args.size()));
     for (const GraphArg& a : c.args) {
       if (const SlotView* v = std::get_if<SlotView>(&a)) {

@@ -42,13 +42,17 @@ struct SlotView {
 // A buffer argument is a view of a slot; an integer argument is an expression.
 using GraphArg = std::variant<SlotView, Expression>;
 
+// A kernel launch, or with no program a copy: args[1] (the source view) copied to
+// args[0] (the destination view), views of one length that do not overlap, dimensions 1.
 struct GraphCall {
-  std::shared_ptr<Program> program;
+  std::shared_ptr<Program> program;  // null: a copy
   std::vector<GraphArg> args;
-  std::array<Expression, 3> global{Expression::Constant(1), Expression::Constant(1),
-                                   Expression::Constant(1)};
-  std::array<Expression, 3> local{Expression::Constant(1), Expression::Constant(1),
-                                  Expression::Constant(1)};
+  std::array<Expression, 3> global{Expression::Constant(1), Expression::Constant(1), Expression::Constant(1)};
+  std::array<Expression, 3> local{Expression::Constant(1), Expression::Constant(1), Expression::Constant(1)};
+
+  bool is_copy() const { return program == nullptr; }
+  // How argument `arg` uses its buffer: from the signature, or out then in for a copy.
+  Access access(size_t arg) const;
 };
 
 struct Graph {
@@ -56,6 +60,9 @@ struct Graph {
   std::vector<Slot> slots;
   std::vector<GraphCall> calls;
 };
+
+// A copy call from `src` to `dst`.
+GraphCall CopyCall(const SlotView& dst, const SlotView& src);
 
 // Limits on a graph; larger ones are INVALID_ARGUMENT.
 inline constexpr size_t kMaxGraphCalls = 65536;

@@ -9,8 +9,7 @@
 
 namespace replayd {
 
-std::vector<std::pair<size_t, size_t>> CutBatches(std::span<const char> batchable,
-                                                  const BatchOptions& options) {
+std::vector<std::pair<size_t, size_t>> CutBatches(std::span<const char> batchable, const BatchOptions& options) {
   std::vector<std::pair<size_t, size_t>> batches;
   size_t limit = std::max<size_t>(1, options.first_limit);
   size_t begin = 0;
@@ -44,19 +43,17 @@ GraphInstance::~GraphInstance() {
   if (arena_) context_->Free(*arena_);
 }
 
-absl::StatusOr<std::shared_ptr<GraphInstance>> GraphInstance::Create(
-    Graph graph, std::string structure, std::shared_ptr<Context> context,
-    const BatchOptions& options) {
+absl::StatusOr<std::shared_ptr<GraphInstance>> GraphInstance::Create(Graph graph, std::string structure,
+                                                                     std::shared_ptr<Context> context,
+                                                                     const BatchOptions& options) {
   std::shared_ptr<GraphInstance> instance(
       new GraphInstance(std::move(graph), std::move(structure), std::move(context)));
   if (absl::Status s = instance->Prepare(options); !s.ok()) return s;
   return instance;
 }
 
-Dim3 GraphInstance::EvaluateDims(const std::array<Expression, 3>& dims,
-                                 std::span<const int64_t> values) const {
-  return {static_cast<uint64_t>(dims[0].Evaluate(values)),
-          static_cast<uint64_t>(dims[1].Evaluate(values)),
+Dim3 GraphInstance::EvaluateDims(const std::array<Expression, 3>& dims, std::span<const int64_t> values) const {
+  return {static_cast<uint64_t>(dims[0].Evaluate(values)), static_cast<uint64_t>(dims[1].Evaluate(values)),
           static_cast<uint64_t>(dims[2].Evaluate(values))};
 }
 
@@ -94,9 +91,12 @@ absl::Status GraphInstance::Prepare(const BatchOptions& options) {
   }
   auto slot_address = [&](uint32_t s) -> uint64_t {
     switch (graph_.slots[s].kind) {
-      case SlotKind::kInternal: return arena_->address + plan_.offsets[internal_index[s]];
-      case SlotKind::kConstant: return graph_.slots[s].constant->allocation.address;
-      case SlotKind::kParameter: return 0;  // patched at every replay
+      case SlotKind::kInternal:
+        return arena_->address + plan_.offsets[internal_index[s]];
+      case SlotKind::kConstant:
+        return graph_.slots[s].constant->allocation.address;
+      case SlotKind::kParameter:
+        return 0;  // patched at every replay
     }
     return 0;
   };
@@ -113,7 +113,7 @@ absl::Status GraphInstance::Prepare(const BatchOptions& options) {
   for (size_t c = 0; c < graph_.calls.size(); ++c) {
     const GraphCall& call = graph_.calls[c];
     GraphNode& node = nodes_[c];
-    node.kernel = call.program->kernel.get();
+    node.kernel = call.is_copy() ? nullptr : call.program->kernel.get();
     node.args.resize(call.args.size());
     Patch patch;
     patch.call = c;
@@ -131,6 +131,11 @@ absl::Status GraphInstance::Prepare(const BatchOptions& options) {
     node.local = EvaluateDims(call.local, values);
     for (int d = 0; d < 3; ++d)
       patch.dims = patch.dims || call.global[d].uses_variables() || call.local[d].uses_variables();
+    if (call.is_copy()) {
+      const SlotView& dst = std::get<SlotView>(call.args[0]);
+      node.copy_bytes = dst.length ? dst.length : graph_.slots[dst.slot].bytes - dst.offset;
+      if (!patch.buffer_args.empty()) copy_patches_.push_back(patches_.size());
+    }
     if (!patch.buffer_args.empty() || !patch.expression_args.empty() || patch.dims)
       patches_.push_back(std::move(patch));
     batchable[c] = context_->CanBatch(node);
@@ -143,11 +148,11 @@ absl::Status GraphInstance::Prepare(const BatchOptions& options) {
   for (auto [begin, end] : CutBatches(batchable, options)) {
     Batch batch{begin, end, nullptr};
     if (end - begin > 1 || batchable[begin]) {
-      const std::vector<std::pair<size_t, size_t>> edges =
-          context_->wants_edges() ? DependencyEdges(graph_, arena_offsets, begin, end)
-                                  : std::vector<std::pair<size_t, size_t>>();
-      absl::StatusOr<std::unique_ptr<DeviceGraph>> g = context_->Instantiate(
-          std::span<const GraphNode>(nodes_).subspan(begin, end - begin), edges);
+      const std::vector<std::pair<size_t, size_t>> edges = context_->wants_edges()
+                                                               ? DependencyEdges(graph_, arena_offsets, begin, end)
+                                                               : std::vector<std::pair<size_t, size_t>>();
+      absl::StatusOr<std::unique_ptr<DeviceGraph>> g =
+          context_->Instantiate(std::span<const GraphNode>(nodes_).subspan(begin, end - begin), edges);
       if (!g.ok()) return g.status();
       batch.device_graph = std::move(*g);
     }
@@ -160,16 +165,37 @@ absl::Status GraphInstance::Prepare(const BatchOptions& options) {
   return absl::OkStatus();
 }
 
-absl::StatusOr<std::optional<absl::Duration>> GraphInstance::Replay(
-    std::span<const uint64_t> buffers, std::span<const int64_t> values, bool wait) {
+std::pair<uint64_t, uint64_t> GraphInstance::CopyAddresses(const Patch& p, std::span<const uint64_t> buffers) const {
+  const GraphNode& node = nodes_[p.call];
+  uint64_t address[2] = {node.args[0].address, node.args[1].address};
+  for (auto [arg, param] : p.buffer_args)
+    address[arg] = buffers[param] + std::get<SlotView>(graph_.calls[p.call].args[arg]).offset;
+  return {address[0], address[1]};
+}
+
+absl::StatusOr<std::optional<absl::Duration>> GraphInstance::SubmitAlone(const GraphNode& node, bool wait) {
+  if (node.is_copy()) return SubmitCopy(*context_, node.args[0].address, node.args[1].address, node.copy_bytes, wait);
+  return context_->Launch(*node.kernel, node.args, node.global, node.local, wait);
+}
+
+absl::StatusOr<std::optional<absl::Duration>> GraphInstance::Replay(std::span<const uint64_t> buffers,
+                                                                    std::span<const int64_t> values, bool wait) {
   absl::MutexLock lock(&mu_);
+  // Slots never overlap a copy's views, but a replay may pass one buffer for two slots.
+  for (size_t i : copy_patches_) {
+    const Patch& p = patches_[i];
+    auto [dst, src] = CopyAddresses(p, buffers);
+    const uint64_t n = nodes_[p.call].copy_bytes;
+    if (dst < src + n && src < dst + n)
+      return absl::InvalidArgumentError(
+          absl::StrCat("call ", p.call, " would copy between overlapping ranges: its parameters name one buffer"));
+  }
   for (const Patch& p : patches_) {
     const GraphCall& call = graph_.calls[p.call];
     GraphNode& node = nodes_[p.call];
     for (auto [arg, param] : p.buffer_args)
       node.args[arg].address = buffers[param] + std::get<SlotView>(call.args[arg]).offset;
-    for (size_t arg : p.expression_args)
-      node.args[arg].integer = std::get<Expression>(call.args[arg]).Evaluate(values);
+    for (size_t arg : p.expression_args) node.args[arg].integer = std::get<Expression>(call.args[arg]).Evaluate(values);
     if (p.dims) {
       node.global = EvaluateDims(call.global, values);
       node.local = EvaluateDims(call.local, values);
@@ -188,8 +214,7 @@ absl::StatusOr<std::optional<absl::Duration>> GraphInstance::Replay(
     if (batch.device_graph) {
       r = batch.device_graph->Launch(wait && last);
     } else {
-      const GraphNode& node = nodes_[batch.begin];
-      r = context_->Launch(*node.kernel, node.args, node.global, node.local, wait && last);
+      r = SubmitAlone(nodes_[batch.begin], wait && last);
     }
     if (!r.ok()) return r.status();
   }

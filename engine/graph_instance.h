@@ -29,16 +29,15 @@ struct BatchOptions {
 
 // The calls of each batch, as [begin, end) ranges: at most the limit (doubling after each
 // batch), and a call the device cannot batch alone in its own.
-std::vector<std::pair<size_t, size_t>> CutBatches(std::span<const char> batchable,
-                                                  const BatchOptions& options);
+std::vector<std::pair<size_t, size_t>> CutBatches(std::span<const char> batchable, const BatchOptions& options);
 
 class GraphInstance {
  public:
   // Instantiates `graph` (already checked with CheckGraph) on `context`.
   // RESOURCE_EXHAUSTED when the arena does not fit in device memory.
-  static absl::StatusOr<std::shared_ptr<GraphInstance>> Create(
-      Graph graph, std::string structure, std::shared_ptr<Context> context,
-      const BatchOptions& options);
+  static absl::StatusOr<std::shared_ptr<GraphInstance>> Create(Graph graph, std::string structure,
+                                                               std::shared_ptr<Context> context,
+                                                               const BatchOptions& options);
   ~GraphInstance();
 
   const Graph& graph() const { return graph_; }
@@ -53,9 +52,10 @@ class GraphInstance {
   // One replay. `buffers` holds one device address per buffer parameter, each of a
   // buffer at least the slot's size; `values` one value per variable, each checked
   // against its range. With `wait`, returns after completion with the device time.
+  // INVALID_ARGUMENT, with nothing run, when `buffers` makes a copy's two views overlap
+  // (one buffer passed for both).
   absl::StatusOr<std::optional<absl::Duration>> Replay(std::span<const uint64_t> buffers,
-                                                       std::span<const int64_t> values,
-                                                       bool wait);
+                                                       std::span<const int64_t> values, bool wait);
 
  private:
   struct Batch {
@@ -69,6 +69,11 @@ class GraphInstance {
     std::vector<size_t> expression_args;                 // args that use variables
     bool dims = false;                                   // dimensions use variables
   };
+  // The current addresses of copy `call`'s destination and source with `buffers`.
+  std::pair<uint64_t, uint64_t> CopyAddresses(const Patch& p, std::span<const uint64_t> buffers) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // A batch of one call the device graph cannot hold, submitted on its own.
+  absl::StatusOr<std::optional<absl::Duration>> SubmitAlone(const GraphNode& node, bool wait);
 
   GraphInstance(Graph graph, std::string structure, std::shared_ptr<Context> context);
   absl::Status Prepare(const BatchOptions& options);
@@ -87,6 +92,7 @@ class GraphInstance {
   absl::Mutex mu_;
   std::vector<GraphNode> nodes_ ABSL_GUARDED_BY(mu_);  // current values of every call
   std::vector<Patch> patches_;
+  std::vector<size_t> copy_patches_;  // patches_ of copies, checked for overlap per replay
   std::vector<size_t> batch_of_call_, index_in_batch_;
   std::vector<Batch> batches_;
   std::atomic<uint64_t> replays_{0};

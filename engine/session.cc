@@ -8,8 +8,8 @@
 
 namespace replayd {
 
-Session::Session(SessionId id, std::string tenant, SessionEnv env,
-                 std::shared_ptr<Context> context, absl::Duration lease)
+Session::Session(SessionId id, std::string tenant, SessionEnv env, std::shared_ptr<Context> context,
+                 absl::Duration lease)
     : id_(id),
       tenant_(std::move(tenant)),
       env_(env),
@@ -61,9 +61,8 @@ absl::StatusOr<Handle> Session::AllocBuffer(uint64_t bytes) {
   if (absl::Status s = CheckOpen(); !s.ok()) return s;
   if (bytes == 0) return absl::InvalidArgumentError("buffer size is 0 bytes");
   if (bytes > device().total_memory)
-    return absl::ResourceExhaustedError(absl::StrCat("buffer of ", bytes, " bytes exceeds ",
-                                                     device().id, "'s memory of ",
-                                                     device().total_memory, " bytes"));
+    return absl::ResourceExhaustedError(absl::StrCat("buffer of ", bytes, " bytes exceeds ", device().id,
+                                                     "'s memory of ", device().total_memory, " bytes"));
   absl::StatusOr<Allocation> allocation = context_->Allocate(bytes);
   if (!allocation.ok()) return allocation.status();
   memory_in_use_ += bytes;
@@ -82,17 +81,14 @@ absl::Status Session::FreeBuffer(Handle buffer) {
   return absl::OkStatus();
 }
 
-absl::StatusOr<std::pair<uint64_t, uint64_t>> Session::ResolveRange(Handle buffer,
-                                                                    uint64_t offset,
-                                                                    uint64_t length) {
+absl::StatusOr<std::pair<uint64_t, uint64_t>> Session::ResolveRange(Handle buffer, uint64_t offset, uint64_t length) {
   absl::MutexLock lock(&mu_);
   absl::StatusOr<std::shared_ptr<Buffer>> b = FindBuffer(buffer);
   if (!b.ok()) return b.status();
   return ResolveView(ViewArg{buffer, offset, length}, (*b)->allocation.bytes);
 }
 
-absl::Status Session::WriteBuffer(Handle buffer, uint64_t offset,
-                                  std::span<const uint8_t> bytes) {
+absl::Status Session::WriteBuffer(Handle buffer, uint64_t offset, std::span<const uint8_t> bytes) {
   absl::MutexLock lock(&mu_);
   absl::StatusOr<std::shared_ptr<Buffer>> b = FindBuffer(buffer);
   if (!b.ok()) return b.status();
@@ -164,40 +160,33 @@ absl::Status Session::FreeProgram(Handle program) {
   return absl::OkStatus();
 }
 
-absl::Status Session::PackArgs(const Kernel& kernel, const LaunchOp& op,
-                               std::span<const Variable> variables,
+absl::Status Session::PackArgs(const Kernel& kernel, const LaunchOp& op, std::span<const Variable> variables,
                                std::span<const int64_t> values, std::vector<ArgValue>& out) const {
   const std::vector<Param>& params = kernel.signature().params;
   if (op.args.size() != params.size())
-    return absl::InvalidArgumentError(absl::StrCat("program ", op.program, " takes ",
-                                                   params.size(), " arguments, got ",
-                                                   op.args.size()));
+    return absl::InvalidArgumentError(
+        absl::StrCat("program ", op.program, " takes ", params.size(), " arguments, got ", op.args.size()));
   out.resize(params.size());
   for (size_t i = 0; i < params.size(); ++i) {
     const Param& p = params[i];
     const CallArg& arg = op.args[i];
     if (p.kind == ParamKind::kBuffer) {
       const ViewArg* view = std::get_if<ViewArg>(&arg);
-      if (!view)
-        return absl::InvalidArgumentError(absl::StrCat("argument ", i, " must be a view of a buffer"));
+      if (!view) return absl::InvalidArgumentError(absl::StrCat("argument ", i, " must be a view of a buffer"));
       absl::StatusOr<std::shared_ptr<Buffer>> b = FindBuffer(view->buffer);
       if (!b.ok()) return absl::NotFoundError(absl::StrCat("argument ", i, ": ", b.status().message()));
-      absl::StatusOr<std::pair<uint64_t, uint64_t>> range =
-          ResolveView(*view, (*b)->allocation.bytes);
-      if (!range.ok())
-        return absl::InvalidArgumentError(absl::StrCat("argument ", i, ": ", range.status().message()));
+      absl::StatusOr<std::pair<uint64_t, uint64_t>> range = ResolveView(*view, (*b)->allocation.bytes);
+      if (!range.ok()) return absl::InvalidArgumentError(absl::StrCat("argument ", i, ": ", range.status().message()));
       out[i].address = (*b)->allocation.address + range->first;
       continue;
     }
     const Expression* e = std::get_if<Expression>(&arg);
     if (!e) return absl::InvalidArgumentError(absl::StrCat("argument ", i, " must be an integer"));
     absl::StatusOr<int64_t> value = EvaluateChecked(*e, variables, values);
-    if (!value.ok())
-      return absl::InvalidArgumentError(absl::StrCat("argument ", i, ": ", value.status().message()));
-    if (p.kind == ParamKind::kInt32 && (*value < std::numeric_limits<int32_t>::min() ||
-                                        *value > std::numeric_limits<int32_t>::max()))
-      return absl::InvalidArgumentError(
-          absl::StrCat("argument ", i, ": ", *value, " does not fit in int32"));
+    if (!value.ok()) return absl::InvalidArgumentError(absl::StrCat("argument ", i, ": ", value.status().message()));
+    if (p.kind == ParamKind::kInt32 &&
+        (*value < std::numeric_limits<int32_t>::min() || *value > std::numeric_limits<int32_t>::max()))
+      return absl::InvalidArgumentError(absl::StrCat("argument ", i, ": ", *value, " does not fit in int32"));
     out[i].integer = *value;
   }
   return absl::OkStatus();
@@ -205,9 +194,9 @@ absl::Status Session::PackArgs(const Kernel& kernel, const LaunchOp& op,
 
 namespace {
 
-absl::StatusOr<Dim3> EvaluateDims(const std::vector<Expression>& dims, const Dim3& max,
-                                  uint64_t max_total, std::span<const Variable> variables,
-                                  std::span<const int64_t> values, absl::string_view what) {
+absl::StatusOr<Dim3> EvaluateDims(const std::vector<Expression>& dims, const Dim3& max, uint64_t max_total,
+                                  std::span<const Variable> variables, std::span<const int64_t> values,
+                                  absl::string_view what) {
   std::vector<uint64_t> evaluated;
   for (size_t d = 0; d < dims.size() && d < 4; ++d) {
     absl::StatusOr<int64_t> v = EvaluateChecked(dims[d], variables, values);
@@ -267,9 +256,9 @@ absl::Status Session::Record(const LaunchOp& op, std::shared_ptr<Program> progra
       if (capture_->variables[i].name == v.name) index = static_cast<int>(i);
     if (index >= 0 && !capture_->variables[index].SameRange(v)) {
       const Variable& c = capture_->variables[index];
-      return absl::InvalidArgumentError(absl::StrCat(
-          "variable ", v.name, " is bound with range [", v.min, ", ", v.max, "] multiple of ",
-          v.multiple_of, "; the capture declared [", c.min, ", ", c.max, "] multiple of ", c.multiple_of));
+      return absl::InvalidArgumentError(absl::StrCat("variable ", v.name, " is bound with range [", v.min, ", ", v.max,
+                                                     "] multiple of ", v.multiple_of, "; the capture declared [", c.min,
+                                                     ", ", c.max, "] multiple of ", c.multiple_of));
     }
     if (index < 0) {
       index = static_cast<int>(capture_->variables.size() + added.size());
@@ -277,8 +266,7 @@ absl::Status Session::Record(const LaunchOp& op, std::shared_ptr<Program> progra
     }
     remap.push_back(index);
   }
-  if (capture_->calls.size() >= kMaxGraphCalls)
-    return absl::ResourceExhaustedError(absl::StrCat("a capture records at most ", kMaxGraphCalls, " calls"));
+  if (absl::Status s = CheckRecordable(); !s.ok()) return s;
   RecordedCall call;
   call.program = std::move(program);
   for (const CallArg& arg : op.args) {
@@ -298,8 +286,49 @@ absl::Status Session::Record(const LaunchOp& op, std::shared_ptr<Program> progra
   return absl::OkStatus();
 }
 
-absl::Status Session::BeginCapture(const std::vector<Handle>& inputs,
-                                   const std::vector<Variable>& variables) {
+absl::Status Session::CheckRecordable() const {
+  if (capture_->calls.size() >= kMaxGraphCalls)
+    return absl::ResourceExhaustedError(absl::StrCat("a capture records at most ", kMaxGraphCalls, " calls"));
+  return absl::OkStatus();
+}
+
+absl::StatusOr<LaunchResult> Session::CopyBuffer(const CopyOp& op) {
+  absl::MutexLock lock(&mu_);
+  if (absl::Status s = CheckOpen(); !s.ok()) return s;
+  std::shared_ptr<Buffer> buffers[2];
+  std::pair<uint64_t, uint64_t> ranges[2];
+  const ViewArg* views[2] = {&op.dst, &op.src};
+  for (int i = 0; i < 2; ++i) {
+    const char* what = i == 0 ? "destination" : "source";
+    absl::StatusOr<std::shared_ptr<Buffer>> b = FindBuffer(views[i]->buffer);
+    if (!b.ok()) return absl::NotFoundError(absl::StrCat(what, ": ", b.status().message()));
+    absl::StatusOr<std::pair<uint64_t, uint64_t>> r = ResolveView(*views[i], (*b)->allocation.bytes);
+    if (!r.ok()) return absl::InvalidArgumentError(absl::StrCat(what, ": ", r.status().message()));
+    buffers[i] = std::move(*b);
+    ranges[i] = *r;
+  }
+  absl::StatusOr<uint64_t> bytes = CheckCopyRanges(ranges[0], ranges[1], buffers[0] == buffers[1]);
+  if (!bytes.ok()) return bytes.status();
+  if (capture_) {
+    if (absl::Status s = CheckRecordable(); !s.ok()) return s;
+  }
+  absl::StatusOr<Scheduler::Turn> turn = env_.scheduler->Acquire(env_.queue);
+  if (!turn.ok()) return turn.status();
+  if (capture_) {
+    RecordedCall call;
+    call.global = call.local = PadDims({});
+    call.args.push_back(RecordedView{buffers[0], op.dst});
+    call.args.push_back(RecordedView{buffers[1], op.src});
+    capture_->calls.push_back(std::move(call));
+  }
+  absl::StatusOr<std::optional<absl::Duration>> time =
+      SubmitCopy(*context_, buffers[0]->allocation.address + ranges[0].first,
+                 buffers[1]->allocation.address + ranges[1].first, *bytes, op.wait);
+  if (!time.ok()) return time.status();
+  return LaunchResult{*time};
+}
+
+absl::Status Session::BeginCapture(const std::vector<Handle>& inputs, const std::vector<Variable>& variables) {
   absl::MutexLock lock(&mu_);
   if (absl::Status s = CheckOpen(); !s.ok()) return s;
   if (capture_) return absl::FailedPreconditionError("a capture is already open in this session");
@@ -316,15 +345,15 @@ absl::Status Session::BeginCapture(const std::vector<Handle>& inputs,
   for (const Variable& v : variables) {
     if (absl::Status s = CheckVariable(v); !s.ok()) return s;
     for (const Variable& seen : capture.variables)
-      if (seen.name == v.name) return absl::InvalidArgumentError(absl::StrCat("variable ", v.name, " is declared twice"));
+      if (seen.name == v.name)
+        return absl::InvalidArgumentError(absl::StrCat("variable ", v.name, " is declared twice"));
     capture.variables.push_back(v);
   }
   capture_ = std::move(capture);
   return absl::OkStatus();
 }
 
-absl::StatusOr<Graph> Session::GraphFromCapture(const Capture& capture,
-                                                const std::vector<Handle>& outputs) {
+absl::StatusOr<Graph> Session::GraphFromCapture(const Capture& capture, const std::vector<Handle>& outputs) {
   Graph g;
   g.variables = capture.variables;
   absl::flat_hash_map<const Buffer*, uint32_t> slot_of;
@@ -401,6 +430,14 @@ absl::StatusOr<Graph> Session::GraphFromDef(const GraphDef& def) {
   }
   for (size_t i = 0; i < def.calls.size(); ++i) {
     const CallDef& cd = def.calls[i];
+    if (cd.copy) {
+      if (cd.program != 0 || !cd.global.empty() || !cd.local.empty())
+        return absl::InvalidArgumentError(absl::StrCat("call ", i, ": a copy has no program and no dimensions"));
+      GraphCall call;
+      call.args = cd.args;
+      g.calls.push_back(std::move(call));
+      continue;
+    }
     absl::StatusOr<std::shared_ptr<Program>> p = programs_.Find(cd.program);
     if (!p.ok()) return absl::NotFoundError(absl::StrCat("call ", i, ": ", p.status().message()));
     if (cd.global.size() > 3 || cd.local.size() > 3)
@@ -481,8 +518,7 @@ absl::StatusOr<std::shared_ptr<GraphInstance>> Session::FindReplayable(Handle gr
 }
 
 absl::Status Session::ResolveParams(const GraphInstance& g, std::span<const ParamValue> params,
-                                    std::vector<uint64_t>& addresses,
-                                    std::vector<int64_t>& values) const {
+                                    std::vector<uint64_t>& addresses, std::vector<int64_t>& values) const {
   const std::vector<uint32_t>& buffer_params = g.buffer_params();
   const std::vector<Variable>& variables = g.graph().variables;
   const size_t expected = buffer_params.size() + variables.size();
@@ -512,7 +548,8 @@ absl::Status Session::ResolveParams(const GraphInstance& g, std::span<const Para
     }
     const Variable& var = variables[i - buffer_params.size()];
     const int64_t* v = std::get_if<int64_t>(&params[i]);
-    if (!v) return absl::InvalidArgumentError(absl::StrCat("parameter ", i, " (variable ", var.name, ") must be a value"));
+    if (!v)
+      return absl::InvalidArgumentError(absl::StrCat("parameter ", i, " (variable ", var.name, ") must be a value"));
     if (absl::Status s = CheckValue(var, *v); !s.ok()) return s;
     values[i - buffer_params.size()] = *v;
   }
@@ -568,15 +605,13 @@ absl::Status Session::ReplayGraph(const ReplayOp& op, ReplayResult& result) {
   if (absl::Status s = ResolveReads(op.reads, reads); !s.ok()) return s;
   absl::StatusOr<Scheduler::Turn> turn = env_.scheduler->Acquire(env_.queue);
   if (!turn.ok()) return turn.status();
-  absl::StatusOr<std::optional<absl::Duration>> time =
-      (*g)->Replay(addresses, values, op.wait || !reads.empty());
+  absl::StatusOr<std::optional<absl::Duration>> time = (*g)->Replay(addresses, values, op.wait || !reads.empty());
   if (!time.ok()) return time.status();
   result.device_time = op.wait ? *time : std::nullopt;
   return TakeReads(reads, result.reads);
 }
 
-absl::StatusOr<SequenceResult> Session::ReplaySequence(const ReplaySequenceOp& op,
-                                                       const ReplayCallback& on_replay) {
+absl::StatusOr<SequenceResult> Session::ReplaySequence(const ReplaySequenceOp& op, const ReplayCallback& on_replay) {
   absl::MutexLock lock(&mu_);
   absl::StatusOr<std::shared_ptr<GraphInstance>> found = FindReplayable(op.graph);
   if (!found.ok()) return found.status();
@@ -584,8 +619,8 @@ absl::StatusOr<SequenceResult> Session::ReplaySequence(const ReplaySequenceOp& o
   const bool stepping = op.vectors.empty();
   const uint64_t count = stepping ? op.count : op.vectors.size();
   if (count == 0 || count > kMaxSequenceReplays)
-    return absl::InvalidArgumentError(absl::StrCat("a sequence runs 1 to ", kMaxSequenceReplays,
-                                                   " replays, not ", count));
+    return absl::InvalidArgumentError(
+        absl::StrCat("a sequence runs 1 to ", kMaxSequenceReplays, " replays, not ", count));
   if (!stepping && (op.count != 0 || !op.base.empty()))
     return absl::InvalidArgumentError("a sequence takes vectors or a base with a step, not both");
   // Every vector is checked before the first replay runs. With a step, the first and the
@@ -606,8 +641,8 @@ absl::StatusOr<SequenceResult> Session::ReplaySequence(const ReplaySequenceOp& o
     if (absl::Status s = CheckValue(var, last); !s.ok())
       return absl::InvalidArgumentError(absl::StrCat("replay ", count - 1, ": ", s.message()));
     if (op.step % var.multiple_of != 0)
-      return absl::InvalidArgumentError(absl::StrCat("step ", op.step, " of variable ", var.name,
-                                                     " is not a multiple of ", var.multiple_of));
+      return absl::InvalidArgumentError(
+          absl::StrCat("step ", op.step, " of variable ", var.name, " is not a multiple of ", var.multiple_of));
   } else {
     for (uint64_t i = 0; i < count; ++i) {
       absl::Status s = ResolveParams(g, op.vectors[i], addresses[i], values[i]);

@@ -63,6 +63,7 @@ struct SlotDef {
   Handle buffer = 0;   // constants
 };
 struct CallDef {
+  bool copy = false;  // a copy from args[1] to args[0]: no program, no dimensions
   Handle program = 0;
   std::vector<GraphArg> args;
   std::vector<Expression> global, local;  // up to 3 each; missing ones are 1
@@ -75,9 +76,9 @@ struct GraphDef {
 
 struct GraphParamInfo {
   bool is_buffer = true;
-  uint32_t slot = 0;      // buffers
-  uint64_t bytes = 0;     // buffers: the least size accepted
-  Variable variable;      // variables
+  uint32_t slot = 0;   // buffers
+  uint64_t bytes = 0;  // buffers: the least size accepted
+  Variable variable;   // variables
 };
 
 struct GraphInfo {
@@ -103,7 +104,7 @@ struct ReplayOp {
   Handle graph = 0;
   std::vector<ParamValue> params;  // in the graph's parameter layout
   bool wait = false;
-  std::vector<ViewArg> reads;      // views of session buffers returned after the replay
+  std::vector<ViewArg> reads;  // views of session buffers returned after the replay
 };
 
 // Most bytes one replay may return through `reads`.
@@ -147,14 +148,13 @@ struct SessionEnv {
   BatchOptions batch;
   // The tenant's account, holding this session's sessions quota unit until Close.
   TenantAccount* account = nullptr;
-  Scheduler* scheduler = nullptr;  // the device's
+  Scheduler* scheduler = nullptr;     // the device's
   Scheduler::Queue* queue = nullptr;  // the tenant's on that device
 };
 
 class Session {
  public:
-  Session(SessionId id, std::string tenant, SessionEnv env, std::shared_ptr<Context> context,
-          absl::Duration lease);
+  Session(SessionId id, std::string tenant, SessionEnv env, std::shared_ptr<Context> context, absl::Duration lease);
   ~Session();
   Session(const Session&) = delete;
   Session& operator=(const Session&) = delete;
@@ -178,8 +178,7 @@ class Session {
 
   // The range [offset, offset + length) of `buffer` with a zero length meaning "to the
   // end", or INVALID_ARGUMENT / NOT_FOUND. Transfers check their whole range first.
-  absl::StatusOr<std::pair<uint64_t, uint64_t>> ResolveRange(Handle buffer, uint64_t offset,
-                                                             uint64_t length);
+  absl::StatusOr<std::pair<uint64_t, uint64_t>> ResolveRange(Handle buffer, uint64_t offset, uint64_t length);
   absl::Status WriteBuffer(Handle buffer, uint64_t offset, std::span<const uint8_t> bytes);
   absl::Status ReadBuffer(Handle buffer, uint64_t offset, std::span<uint8_t> bytes);
 
@@ -190,6 +189,9 @@ class Session {
   // One eager launch, checked against the program's signature, the bound variables'
   // ranges and the device limits. Recorded when a capture is open.
   absl::StatusOr<LaunchResult> Launch(const LaunchOp& op);
+  // One eager copy between views of session buffers: INVALID_ARGUMENT when their lengths
+  // differ or they overlap. Recorded when a capture is open.
+  absl::StatusOr<LaunchResult> CopyBuffer(const CopyOp& op);
   absl::Status Synchronize();
 
   // Opens a capture. FAILED_PRECONDITION when one is open; NOT_FOUND for an unknown input.
@@ -210,8 +212,7 @@ class Session {
   absl::Status ReplayGraph(const ReplayOp& op, ReplayResult& result);
   // Replays a sequence, checking every parameter vector and read before the first replay.
   // `on_replay` gets the reads of every replay with stream_reads, else of the last only.
-  absl::StatusOr<SequenceResult> ReplaySequence(const ReplaySequenceOp& op,
-                                                const ReplayCallback& on_replay);
+  absl::StatusOr<SequenceResult> ReplaySequence(const ReplaySequenceOp& op, const ReplayCallback& on_replay);
 
   // Bytes of device memory held by this session's buffers.
   uint64_t memory_in_use() const;
@@ -225,7 +226,7 @@ class Session {
     ViewArg view;
   };
   struct RecordedCall {
-    std::shared_ptr<Program> program;
+    std::shared_ptr<Program> program;  // null: a copy, args destination then source
     std::vector<std::variant<RecordedView, Expression>> args;
     std::array<Expression, 3> global, local;
   };
@@ -238,13 +239,13 @@ class Session {
   };
 
   absl::Status CheckOpen() const ABSL_SHARED_LOCKS_REQUIRED(mu_);
-  absl::StatusOr<std::shared_ptr<Buffer>> FindBuffer(Handle buffer) const
-      ABSL_SHARED_LOCKS_REQUIRED(mu_);
+  absl::StatusOr<std::shared_ptr<Buffer>> FindBuffer(Handle buffer) const ABSL_SHARED_LOCKS_REQUIRED(mu_);
   absl::Status PackArgs(const Kernel& kernel, const LaunchOp& op, std::span<const Variable> variables,
                         std::span<const int64_t> values, std::vector<ArgValue>& out) const
       ABSL_SHARED_LOCKS_REQUIRED(mu_);
-  absl::Status Record(const LaunchOp& op, std::shared_ptr<Program> program,
-                      std::span<const Variable> variables) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::Status Record(const LaunchOp& op, std::shared_ptr<Program> program, std::span<const Variable> variables)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::Status CheckRecordable() const ABSL_SHARED_LOCKS_REQUIRED(mu_);
   absl::StatusOr<Graph> GraphFromCapture(const Capture& capture, const std::vector<Handle>& outputs)
       ABSL_SHARED_LOCKS_REQUIRED(mu_);
   absl::StatusOr<Graph> GraphFromDef(const GraphDef& def) ABSL_SHARED_LOCKS_REQUIRED(mu_);
@@ -263,8 +264,7 @@ class Session {
       ABSL_SHARED_LOCKS_REQUIRED(mu_);
   absl::Status TakeReads(std::span<const ResolvedRead> reads, std::vector<std::string>& out)
       ABSL_SHARED_LOCKS_REQUIRED(mu_);
-  absl::StatusOr<std::shared_ptr<GraphInstance>> FindReplayable(Handle graph) const
-      ABSL_SHARED_LOCKS_REQUIRED(mu_);
+  absl::StatusOr<std::shared_ptr<GraphInstance>> FindReplayable(Handle graph) const ABSL_SHARED_LOCKS_REQUIRED(mu_);
 
   const SessionId id_;
   const std::string tenant_;

@@ -77,13 +77,15 @@ std::optional<absl::Duration> Elapsed(std::chrono::steady_clock::time_point star
   return absl::FromChrono(std::chrono::steady_clock::now() - start);
 }
 
-// The CPU replay list: argument arrays prepared once, patched in place, run in order.
+// The CPU replay list: argument arrays prepared once, patched in place, run in order. A
+// copy node is a memcpy (its ranges never overlap).
 class CpuDeviceGraph : public DeviceGraph {
  public:
   CpuDeviceGraph(ThreadPool* pool, std::span<const GraphNode> nodes) : pool_(pool) {
     nodes_.reserve(nodes.size());
     for (const GraphNode& n : nodes)
-      nodes_.push_back({static_cast<const CpuKernel*>(n.kernel)->entry(), n.args, n.global});
+      nodes_.push_back(
+          {n.is_copy() ? nullptr : static_cast<const CpuKernel*>(n.kernel)->entry(), n.args, n.global, n.copy_bytes});
   }
 
   absl::Status Update(size_t node, std::span<const ArgValue> args, const Dim3& global, const Dim3&) override {
@@ -95,15 +97,23 @@ class CpuDeviceGraph : public DeviceGraph {
 
   absl::StatusOr<std::optional<absl::Duration>> Launch(bool wait) override {
     auto start = std::chrono::steady_clock::now();
-    for (const Node& n : nodes_) RunKernel(*pool_, n.entry, n.args.data(), n.global);
+    for (const Node& n : nodes_) {
+      if (n.entry) {
+        RunKernel(*pool_, n.entry, n.args.data(), n.global);
+      } else {
+        std::memcpy(reinterpret_cast<void*>(n.args[0].address), reinterpret_cast<const void*>(n.args[1].address),
+                    n.copy_bytes);
+      }
+    }
     return Elapsed(start, wait);
   }
 
  private:
   struct Node {
-    Entry entry;
+    Entry entry;  // null: a copy
     std::vector<ArgValue> args;
     Dim3 global;
+    uint64_t copy_bytes;
   };
   ThreadPool* pool_;
   std::vector<Node> nodes_;

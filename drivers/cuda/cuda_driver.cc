@@ -123,6 +123,7 @@ class CudaContext : public Context {
   // context's fault when it is sticky.
   absl::Status Check(CUresult r, absl::string_view what);
   CUstream stream() const { return stream_; }
+  CUcontext ctx() const { return ctx_; }
   // Records the start event, runs `submit`, and with `wait` waits and returns the time
   // between the events.
   template <typename Submit>
@@ -210,8 +211,27 @@ CUDA_KERNEL_NODE_PARAMS NodeParams(CUfunction f, const Dim3& global, const Dim3&
   return p;
 }
 
+// A device-to-device copy of `bytes` as a memcpy node describes it.
+CUDA_MEMCPY3D CopyParams(uint64_t dst, uint64_t src, uint64_t bytes) {
+  CUDA_MEMCPY3D p;
+  std::memset(&p, 0, sizeof p);
+  p.srcMemoryType = CU_MEMORYTYPE_DEVICE;
+  p.srcDevice = static_cast<CUdeviceptr>(src);
+  p.srcPitch = bytes;
+  p.srcHeight = 1;
+  p.dstMemoryType = CU_MEMORYTYPE_DEVICE;
+  p.dstDevice = static_cast<CUdeviceptr>(dst);
+  p.dstPitch = bytes;
+  p.dstHeight = 1;
+  p.WidthInBytes = bytes;
+  p.Height = 1;
+  p.Depth = 1;
+  return p;
+}
+
 // A batch as one CUDA graph. The kernel nodes keep their packed arguments, so an update
-// repacks one node's block and hands it to cuGraphExecKernelNodeSetParams.
+// repacks one node's block and hands it to cuGraphExecKernelNodeSetParams; a copy is a
+// memcpy node, updated with cuGraphExecMemcpyNodeSetParams.
 class CudaGraph : public DeviceGraph {
  public:
   explicit CudaGraph(CudaContext* context) : context_(context) {}
@@ -228,13 +248,23 @@ class CudaGraph : public DeviceGraph {
     nodes_.resize(nodes.size());
     for (size_t i = 0; i < nodes.size(); ++i) {
       Node& n = nodes_[i];
+      for (auto [from, to] : edges)
+        if (to == i) after[i].push_back(nodes_[from].node);
+      if (nodes[i].is_copy()) {
+        n.copy = {nodes[i].args[0].address, nodes[i].args[1].address, nodes[i].copy_bytes};
+        CUDA_MEMCPY3D p = CopyParams(n.copy[0], n.copy[1], n.copy[2]);
+        if (absl::Status s = context_->Check(
+                cu.cuGraphAddMemcpyNode(&n.node, graph_, after[i].data(), after[i].size(), &p, context_->ctx()),
+                "cuGraphAddMemcpyNode");
+            !s.ok())
+          return s;
+        continue;
+      }
       n.function = static_cast<const CudaKernel*>(nodes[i].kernel)->function();
       n.params = std::make_unique<KernelParams>(nodes[i].kernel->signature());
       n.params->Pack(nodes[i].args);
       n.global = nodes[i].global;
       n.local = nodes[i].local;
-      for (auto [from, to] : edges)
-        if (to == i) after[i].push_back(nodes_[from].node);
       CUDA_KERNEL_NODE_PARAMS p = NodeParams(n.function, nodes[i].global, nodes[i].local, *n.params);
       if (absl::Status s = context_->Check(
               cu.cuGraphAddKernelNode(&n.node, graph_, after[i].data(), after[i].size(), &p), "cuGraphAddKernelNode");
@@ -246,6 +276,15 @@ class CudaGraph : public DeviceGraph {
 
   absl::Status Update(size_t node, std::span<const ArgValue> args, const Dim3& global, const Dim3& local) override {
     Node& n = nodes_[node];
+    if (!n.params) {
+      if (n.copy[0] == args[0].address && n.copy[1] == args[1].address) return absl::OkStatus();
+      if (absl::Status s = context_->Bind(); !s.ok()) return s;
+      n.copy[0] = args[0].address;
+      n.copy[1] = args[1].address;
+      CUDA_MEMCPY3D p = CopyParams(n.copy[0], n.copy[1], n.copy[2]);
+      return context_->Check(context_->cu().cuGraphExecMemcpyNodeSetParams(exec_, n.node, &p, context_->ctx()),
+                             "cuGraphExecMemcpyNodeSetParams");
+    }
     const bool changed = n.params->Pack(args) || n.global != global || n.local != local;
     if (!changed) return absl::OkStatus();  // the instantiated node already has these values
     if (absl::Status s = context_->Bind(); !s.ok()) return s;
@@ -264,8 +303,9 @@ class CudaGraph : public DeviceGraph {
   struct Node {
     CUfunction function = nullptr;
     CUgraphNode node = nullptr;
-    std::unique_ptr<KernelParams> params;  // heap: the node's kernelParams point into it
+    std::unique_ptr<KernelParams> params;  // heap: the node's kernelParams point into it; null: a copy
     Dim3 global, local;                    // as the instantiated node has them
+    std::array<uint64_t, 3> copy{};        // a copy's destination, source and bytes
   };
   CudaContext* const context_;
   CUgraph graph_ = nullptr;

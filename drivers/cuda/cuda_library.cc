@@ -66,9 +66,11 @@ absl::StatusOr<std::unique_ptr<CudaLibrary>> CudaLibrary::Load() {
   REPLAYD_RESOLVE(cuGraphCreate)
   REPLAYD_RESOLVE(cuGraphDestroy)
   REPLAYD_RESOLVE(cuGraphAddKernelNode)
+  REPLAYD_RESOLVE(cuGraphAddMemcpyNode)
   REPLAYD_RESOLVE(cuGraphInstantiateWithFlags)
   REPLAYD_RESOLVE(cuGraphExecDestroy)
   REPLAYD_RESOLVE(cuGraphExecKernelNodeSetParams)
+  REPLAYD_RESOLVE(cuGraphExecMemcpyNodeSetParams)
   REPLAYD_RESOLVE(cuGraphLaunch)
 #undef REPLAYD_RESOLVE
   // Entry points are asked for at this toolkit's version; a driver older than 12.5 would

@@ -68,9 +68,11 @@ class CudaLibrary {
   REPLAYD_CUDA_ENTRY(cuGraphCreate)
   REPLAYD_CUDA_ENTRY(cuGraphDestroy)
   REPLAYD_CUDA_ENTRY(cuGraphAddKernelNode)
+  REPLAYD_CUDA_ENTRY(cuGraphAddMemcpyNode)
   REPLAYD_CUDA_ENTRY(cuGraphInstantiateWithFlags)
   REPLAYD_CUDA_ENTRY(cuGraphExecDestroy)
   REPLAYD_CUDA_ENTRY(cuGraphExecKernelNodeSetParams)
+  REPLAYD_CUDA_ENTRY(cuGraphExecMemcpyNodeSetParams)
   REPLAYD_CUDA_ENTRY(cuGraphLaunch)
 #undef REPLAYD_CUDA_ENTRY
 

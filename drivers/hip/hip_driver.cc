@@ -202,13 +202,18 @@ class HipKernel : public Kernel {
 };
 
 // A batch's nodes with their packed arguments, patched in place: the stream replay runs
-// them in order; the hipGraph form hands each update to hipGraphExecKernelNodeSetParams.
+// them in order; the hipGraph form hands each update to hipGraphExecKernelNodeSetParams
+// (a copy node to hipGraphExecMemcpyNodeSetParams1D).
 class HipBatch : public DeviceGraph {
  public:
   HipBatch(HipContext* context, std::span<const GraphNode> nodes) : context_(context) {
     nodes_.resize(nodes.size());
     for (size_t i = 0; i < nodes.size(); ++i) {
       Node& n = nodes_[i];
+      if (nodes[i].is_copy()) {
+        n.copy = {nodes[i].args[0].address, nodes[i].args[1].address, nodes[i].copy_bytes};
+        continue;
+      }
       n.function = static_cast<const HipKernel*>(nodes[i].kernel)->function();
       n.params = std::make_unique<KernelParams>(nodes[i].kernel->signature());
       n.params->Pack(nodes[i].args);
@@ -230,10 +235,19 @@ class HipBatch : public DeviceGraph {
       std::vector<hipGraphNode_t> after;
       for (auto [from, to] : edges)
         if (to == i) after.push_back(nodes_[from].node);
-      hipKernelNodeParams p = Params(nodes_[i]);
-      if (absl::Status s =
-              context_->Check(hip.hipGraphAddKernelNode(&nodes_[i].node, graph_, after.data(), after.size(), &p),
-                              "hipGraphAddKernelNode");
+      Node& n = nodes_[i];
+      if (!n.params) {
+        if (absl::Status s = context_->Check(
+                hip.hipGraphAddMemcpyNode1D(&n.node, graph_, after.data(), after.size(), Address(n.copy[0]),
+                                            Address(n.copy[1]), n.copy[2], hipMemcpyDeviceToDevice),
+                "hipGraphAddMemcpyNode1D");
+            !s.ok())
+          return s;
+        continue;
+      }
+      hipKernelNodeParams p = Params(n);
+      if (absl::Status s = context_->Check(hip.hipGraphAddKernelNode(&n.node, graph_, after.data(), after.size(), &p),
+                                           "hipGraphAddKernelNode");
           !s.ok())
         return s;
     }
@@ -242,6 +256,17 @@ class HipBatch : public DeviceGraph {
 
   absl::Status Update(size_t node, std::span<const ArgValue> args, const Dim3& global, const Dim3& local) override {
     Node& n = nodes_[node];
+    if (!n.params) {
+      const bool moved = n.copy[0] != args[0].address || n.copy[1] != args[1].address;
+      n.copy[0] = args[0].address;
+      n.copy[1] = args[1].address;
+      if (!exec_ || !moved) return absl::OkStatus();
+      if (absl::Status s = context_->Bind(); !s.ok()) return s;
+      return context_->Check(
+          context_->hip().hipGraphExecMemcpyNodeSetParams1D(exec_, n.node, Address(n.copy[0]), Address(n.copy[1]),
+                                                            n.copy[2], hipMemcpyDeviceToDevice),
+          "hipGraphExecMemcpyNodeSetParams1D");
+    }
     const bool changed = n.params->Pack(args) || n.global != global || n.local != local;
     n.global = global;
     n.local = local;
@@ -255,8 +280,12 @@ class HipBatch : public DeviceGraph {
   absl::StatusOr<std::optional<absl::Duration>> Launch(bool wait) override {
     return context_->Timed(wait, [&] {
       if (exec_) return context_->hip().hipGraphLaunch(exec_, context_->stream());
-      for (Node& n : nodes_)
-        if (hipError_t e = context_->LaunchNode(n.function, n.global, n.local, *n.params); e != hipSuccess) return e;
+      for (Node& n : nodes_) {
+        hipError_t e = n.params ? context_->LaunchNode(n.function, n.global, n.local, *n.params)
+                                : context_->hip().hipMemcpyDtoDAsync(Address(n.copy[0]), Address(n.copy[1]), n.copy[2],
+                                                                     context_->stream());
+        if (e != hipSuccess) return e;
+      }
       return hipSuccess;
     });
   }
@@ -264,10 +293,12 @@ class HipBatch : public DeviceGraph {
  private:
   struct Node {
     hipFunction_t function = nullptr;
-    std::unique_ptr<KernelParams> params;
+    std::unique_ptr<KernelParams> params;  // null: a copy
     Dim3 global, local;
     hipGraphNode_t node = nullptr;
+    std::array<uint64_t, 3> copy{};  // a copy's destination, source and bytes
   };
+  static void* Address(uint64_t a) { return reinterpret_cast<void*>(a); }
   static hipKernelNodeParams Params(Node& n) {
     hipKernelNodeParams p{};
     p.func = reinterpret_cast<void*>(n.function);

@@ -63,9 +63,11 @@ absl::StatusOr<std::unique_ptr<HipLibrary>> HipLibrary::Load() {
   REPLAYD_RESOLVE(hipGraphCreate)
   REPLAYD_RESOLVE(hipGraphDestroy)
   REPLAYD_RESOLVE(hipGraphAddKernelNode)
+  REPLAYD_RESOLVE(hipGraphAddMemcpyNode1D)
   REPLAYD_RESOLVE(hipGraphInstantiateWithFlags)
   REPLAYD_RESOLVE(hipGraphExecDestroy)
   REPLAYD_RESOLVE(hipGraphExecKernelNodeSetParams)
+  REPLAYD_RESOLVE(hipGraphExecMemcpyNodeSetParams1D)
   REPLAYD_RESOLVE(hipGraphLaunch)
 #undef REPLAYD_RESOLVE
 

@@ -64,9 +64,11 @@ class HipLibrary {
   REPLAYD_HIP_ENTRY(hipGraphCreate)
   REPLAYD_HIP_ENTRY(hipGraphDestroy)
   REPLAYD_HIP_ENTRY(hipGraphAddKernelNode)
+  REPLAYD_HIP_ENTRY(hipGraphAddMemcpyNode1D)
   REPLAYD_HIP_ENTRY(hipGraphInstantiateWithFlags)
   REPLAYD_HIP_ENTRY(hipGraphExecDestroy)
   REPLAYD_HIP_ENTRY(hipGraphExecKernelNodeSetParams)
+  REPLAYD_HIP_ENTRY(hipGraphExecMemcpyNodeSetParams1D)
   REPLAYD_HIP_ENTRY(hipGraphLaunch)
   // hiprtc; null when absent.
   REPLAYD_HIP_ENTRY(hiprtcGetErrorString)
