@@ -453,6 +453,19 @@ absl::StatusOr<v1::GraphReply> Session::DescribeGraph(const Graph& graph) {
   return reply;
 }
 
+absl::StatusOr<v1::CopyBufferReply> Session::Copy(const View& dst, const View& src, bool wait) {
+  grpc::ClientContext context;
+  Authorize(context, core_->token);
+  v1::CopyBufferRequest request;
+  request.set_session(core_->id);
+  ToProto(dst, request.mutable_dst());
+  ToProto(src, request.mutable_src());
+  request.set_wait(wait);
+  v1::CopyBufferReply reply;
+  if (absl::Status s = FromGrpc(core_->stub->CopyBuffer(&context, request, &reply)); !s.ok()) return s;
+  return reply;
+}
+
 absl::Status Session::Synchronize() {
   grpc::ClientContext context;
   Authorize(context, core_->token);

@@ -210,6 +210,9 @@ class Session {
                                          std::array<uint64_t, 3> local = {1, 1, 1},
                                          bool wait = false);
   absl::StatusOr<v1::LaunchReply> Launch(const Program& program, const LaunchSpec& spec);
+  // A device-to-device copy from `src` to `dst` (views of one length that do not
+  // overlap), ordered with the launches and recorded by a capture.
+  absl::StatusOr<v1::CopyBufferReply> Copy(const View& dst, const View& src, bool wait = false);
   absl::Status Synchronize();
   absl::Status KeepAlive();
 

@@ -44,6 +44,7 @@ class ReplaydService final : public v1::Replayd::Service {
                            v1::FreeProgramReply*) override;
   grpc::Status Launch(grpc::ServerContext*, const v1::LaunchRequest*,
                       v1::LaunchReply*) override;
+  grpc::Status CopyBuffer(grpc::ServerContext*, const v1::CopyBufferRequest*, v1::CopyBufferReply*) override;
   grpc::Status Synchronize(grpc::ServerContext*, const v1::SynchronizeRequest*,
                            v1::SynchronizeReply*) override;
   grpc::Status BeginCapture(grpc::ServerContext*, const v1::BeginCaptureRequest*,

@@ -35,6 +35,15 @@ class StreamOps {
         if (r->device_time) out->set_device_seconds(absl::ToDoubleSeconds(*r->device_time));
         return absl::OkStatus();
       }
+      case v1::SessionRequest::kCopy: {
+        absl::StatusOr<CopyOp> op = FromProto(request.copy());
+        if (!op.ok()) return op.status();
+        absl::StatusOr<LaunchResult> r = session.CopyBuffer(*op);
+        if (!r.ok()) return r.status();
+        v1::CopyBufferReply* out = reply.mutable_copy();
+        if (r->device_time) out->set_device_seconds(absl::ToDoubleSeconds(*r->device_time));
+        return absl::OkStatus();
+      }
       case v1::SessionRequest::kReplay: {
         if (absl::Status s = FromProto(request.replay(), replay_op_); !s.ok()) return s;
         if (absl::Status s = session.ReplayGraph(replay_op_, replay_result_); !s.ok()) return s;

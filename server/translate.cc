@@ -172,6 +172,12 @@ absl::StatusOr<LaunchOp> FromProto(const v1::LaunchRequest& request) {
   return op;
 }
 
+absl::StatusOr<CopyOp> FromProto(const v1::CopyBufferRequest& request) {
+  if (!request.has_dst() || !request.has_src()) return absl::InvalidArgumentError("a copy needs dst and src views");
+  auto view = [](const v1::View& v) { return ViewArg{v.buffer(), v.offset(), v.length()}; };
+  return CopyOp{view(request.dst()), view(request.src()), request.wait()};
+}
+
 absl::StatusOr<GraphDef> FromProto(const v1::GraphDef& def) {
   GraphDef out;
   if (def.variables_size() > static_cast<int>(kMaxGraphVariables) ||
@@ -199,6 +205,17 @@ absl::StatusOr<GraphDef> FromProto(const v1::GraphDef& def) {
     const v1::GraphCall& call = def.calls(c);
     CallDef cd;
     cd.program = call.program();
+    if (call.has_copy()) {
+      if (call.program() != 0 || call.args_size() != 0 || call.global_size() != 0 || call.local_size() != 0)
+        return absl::InvalidArgumentError(absl::StrCat("call ", c, ": a copy has no program, args or dimensions"));
+      if (!call.copy().has_dst() || !call.copy().has_src())
+        return absl::InvalidArgumentError(absl::StrCat("call ", c, ": a copy needs dst and src views"));
+      auto view = [](const v1::SlotView& v) { return SlotView{v.slot(), v.offset(), v.length()}; };
+      cd.copy = true;
+      cd.args = {view(call.copy().dst()), view(call.copy().src())};
+      out.calls.push_back(std::move(cd));
+      continue;
+    }
     if (call.args_size() > 1024) return absl::InvalidArgumentError(absl::StrCat("call ", c, ": too many arguments"));
     for (int i = 0; i < call.args_size(); ++i) {
       const v1::GraphArg& a = call.args(i);

@@ -14,6 +14,7 @@ namespace replayd {
 
 absl::StatusOr<ProgramSource> FromProto(const v1::LoadProgramRequest& request);
 absl::StatusOr<LaunchOp> FromProto(const v1::LaunchRequest& request);
+absl::StatusOr<CopyOp> FromProto(const v1::CopyBufferRequest& request);
 absl::StatusOr<Variable> FromProto(const v1::Variable& variable);
 // An expression whose variable names resolve through `variables`.
 absl::StatusOr<Expression> FromProto(const v1::Expr& expr, std::span<const Variable> variables);

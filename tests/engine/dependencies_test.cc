@@ -57,12 +57,14 @@ class FakeContext : public Context {
   absl::StatusOr<std::unique_ptr<DeviceGraph>> Instantiate(std::span<const GraphNode> nodes,
                                                            std::span<const std::pair<size_t, size_t>> edges) override {
     batches.push_back({nodes.size(), Edges(edges.begin(), edges.end())});
+    instantiated.insert(instantiated.end(), nodes.begin(), nodes.end());
     return std::make_unique<NullGraph>(&updates);
   }
   bool wants_edges() const override { return true; }
   uint64_t address_space() const override { return 0; }
 
   std::vector<std::pair<size_t, Edges>> batches;
+  std::vector<GraphNode> instantiated;
   std::vector<Patched> updates;
 
  private:
@@ -89,6 +91,10 @@ class DependenciesTest : public ::testing::Test {
   // Calls program(a, b) with a read and b written.
   void Call(uint32_t a, uint32_t b, uint64_t a_offset = 0, uint64_t length = 0) {
     graph_.calls.push_back({rw_, {SlotView{a, a_offset, length}, SlotView{b, 0, 0}}, {}, {}});
+  }
+  // Copies a to b.
+  void Copy(uint32_t b, uint32_t a, uint64_t b_offset = 0, uint64_t a_offset = 0, uint64_t length = 0) {
+    graph_.calls.push_back(CopyCall(SlotView{b, b_offset, length}, SlotView{a, a_offset, length}));
   }
   Edges Compute() { return DependencyEdges(graph_, offsets_, 0, graph_.calls.size()); }
 
@@ -237,6 +243,60 @@ TEST_F(DependenciesTest, AReplayPatchesOnlyTheParameterDependentNodes) {
   EXPECT_EQ(context_->updates[1].args[2].integer, 7);
   EXPECT_EQ(context_->updates[2].node, 3u);
   EXPECT_EQ(context_->updates[2].global, (Dim3{8, 1, 1}));
+}
+
+TEST_F(DependenciesTest, ACopyReadsItsSourceAndWritesItsDestination) {
+  uint32_t a = AddSlot(SlotKind::kInternal, 256, 0), b = AddSlot(SlotKind::kInternal, 256, 256),
+           c = AddSlot(SlotKind::kInternal, 256, 512), d = AddSlot(SlotKind::kInternal, 256, 768);
+  Call(a, b);  // 0: writes b
+  Copy(c, b);  // 1: reads b (after 0), writes c
+  Copy(d, a);  // 2: reads a, which nobody writes: free to run at once
+  Call(c, a);  // 3: reads c (after 1), writes a (after 2 read it; after 0 read it through 1)
+  EXPECT_EQ(Compute(), (Edges{{0, 1}, {1, 3}, {2, 3}}));
+}
+
+TEST_F(DependenciesTest, CopiesOfDisjointRangesOfOneParameterAreIndependent) {
+  // An internal source: internals never share bytes with parameters.
+  uint32_t p = AddSlot(SlotKind::kParameter, 1024), x = AddSlot(SlotKind::kInternal, 512);
+  Copy(p, x, 0, 0, 256);      // p[0, 256) from x[0, 256)
+  Copy(p, x, 512, 256, 256);  // p[512, 768) from x[256, 512): other bytes of p
+  EXPECT_EQ(Compute(), Edges{});
+  Copy(x, p, 0, 600, 256);  // reads p[600, 856) after 1 wrote it; writes x[0, 256) after 0 read it
+  EXPECT_EQ(Compute(), (Edges{{0, 2}, {1, 2}}));
+}
+
+// A copy is a node of the batch's device graph with its addresses and byte count; a
+// replay patches it when a view is a parameter, and refuses addresses that overlap.
+TEST_F(DependenciesTest, ACopyIsANodeThatAReplayPatches) {
+  uint32_t p0 = AddSlot(SlotKind::kParameter, 256), p1 = AddSlot(SlotKind::kParameter, 256),
+           c = AddSlot(SlotKind::kConstant, 256), x = AddSlot(SlotKind::kInternal, 256);
+  Copy(x, c, 0, 0, 128);  // 0: no parameter
+  Copy(p1, p0, 64, 0, 128);  // 1: parameters on both sides
+  Call(x, p0);            // 2
+  auto instance = GraphInstance::Create(graph_, "g", context_, {32});
+  ASSERT_TRUE(instance.ok()) << instance.status();
+  ASSERT_EQ(context_->batches.size(), 1u);
+  ASSERT_EQ(context_->instantiated.size(), 3u);
+  EXPECT_TRUE(context_->instantiated[0].is_copy());
+  EXPECT_EQ(context_->instantiated[0].copy_bytes, 128u);
+  EXPECT_EQ(context_->instantiated[0].args[1].address, graph_.slots[c].constant->allocation.address);
+  EXPECT_FALSE(context_->instantiated[2].is_copy());
+  const uint64_t buffers[] = {0x10000, 0x20000};
+  ASSERT_TRUE((*instance)->Replay(buffers, {}, false).ok());
+  ASSERT_EQ(context_->updates.size(), 2u);
+  EXPECT_EQ(context_->updates[0].node, 1u);
+  EXPECT_EQ(context_->updates[0].args[0].address, 0x20000u + 64);
+  EXPECT_EQ(context_->updates[0].args[1].address, 0x10000u);
+  EXPECT_EQ(context_->updates[1].node, 2u);
+  // One buffer for both: [64, 192) and [0, 128) of it overlap. Nothing is patched.
+  const uint64_t same[] = {0x10000, 0x10000};
+  absl::StatusOr<std::optional<absl::Duration>> r = (*instance)->Replay(same, {}, false);
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(context_->updates.size(), 2u);
+  EXPECT_EQ((*instance)->replays(), 1u);
+  // Far enough apart within one large buffer is fine.
+  const uint64_t apart[] = {0x10000, 0x10000 + 128};
+  EXPECT_TRUE((*instance)->Replay(apart, {}, false).ok());
 }
 
 // A kernel must not outlive its context: an instance that holds the last reference to

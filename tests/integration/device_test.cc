@@ -316,6 +316,41 @@ TEST_P(DeviceTest, ACapturedChainReplaysWithVariablesAsParameters) {
   }
 }
 
+// Copies on the device: eager, and as copy nodes of a device graph between kernel nodes
+// (in -> affine -> t, t copied into out at an offset, then a kernel reading the copy).
+TEST_P(DeviceTest, CopiesRunEagerlyAndAsNodesOfADeviceGraph) {
+  Program affine = Load(kernels_.affine);
+  std::vector<float> in = Random(kN, 9);
+  Buffer bin = Alloc(kN * 4), out = Alloc(2 * kN * 4), last = Alloc(kN * 4);
+  ASSERT_TRUE(session_->WriteVector(bin, in).ok());
+  auto copied = session_->Copy(View{&out, kN * 4, 0}, View{&bin}, /*wait=*/true);
+  ASSERT_TRUE(copied.ok()) << copied.status();
+  std::vector<float> got = ReadFloats(out, 2 * kN);
+  for (int64_t i = 0; i < kN; ++i) ASSERT_EQ(got[kN + i], in[i]) << i;
+
+  ASSERT_TRUE(session_->BeginCapture({&bin}, {kCount, kPos}).ok());
+  {
+    Buffer t = Alloc(kN * 4);
+    LaunchSpec first = Over({View{&t}, View{&bin}, Expr{"n"}, Expr{"pos"}}, kN);
+    first.variables.push_back({kPos, 1});
+    ASSERT_TRUE(session_->Launch(affine, first).ok());
+    ASSERT_TRUE(session_->Copy(View{&out, kN * 4, 0}, View{&t}).ok());
+    LaunchSpec second = Over({View{&last}, View{&out, kN * 4, 0}, Expr{"n"}, int64_t{0}}, kN);
+    ASSERT_TRUE(session_->Launch(affine, second).ok());
+  }
+  auto graph = session_->EndCapture({&out, &last});
+  ASSERT_TRUE(graph.ok()) << graph.status();
+  EXPECT_EQ(graph->info().calls(), 3u);
+  EXPECT_EQ(graph->info().batches(), 1u);
+  for (int64_t p : {2, 30}) {
+    Buffer fresh = Alloc(2 * kN * 4), fresh_last = Alloc(kN * 4);
+    auto r = session_->Replay(*graph, {&bin, &fresh, &fresh_last, kN, p}, /*wait=*/true, {View{&fresh_last}});
+    ASSERT_TRUE(r.ok()) << r.status();
+    const float* values = reinterpret_cast<const float*>(r->reads[0].data());
+    for (int64_t i = 0; i < kN; ++i) ASSERT_FLOAT_EQ(values[i], (in[i] * 2.0f + float(p)) * 2.0f) << p << " " << i;
+  }
+}
+
 TEST_P(DeviceTest, AReplaySequenceStepsItsVariable) {
   Program affine = Load(kernels_.affine);
   std::vector<float> in = Random(kN, 5);

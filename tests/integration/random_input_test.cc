@@ -95,7 +95,7 @@ TEST_F(RandomInputTest, TheDaemonAnswersEveryMalformedRequestAndLeaksNothing) {
     programs.push_back(program->handle());
     for (int i = 0; i < 3000; ++i) {
       grpc::ClientContext ctx;
-      switch (rng_() % 6) {
+      switch (rng_() % 7) {
         case 0: {
           v1::LaunchRequest r;
           r.set_session(s.id());
@@ -128,6 +128,16 @@ TEST_F(RandomInputTest, TheDaemonAnswersEveryMalformedRequestAndLeaksNothing) {
           }
           for (int c = rng_() % 4; c > 0; --c) {
             auto* call = g->add_calls();
+            if (rng_() % 4 == 0) {  // a copy, sometimes with a program or an argument too
+              for (v1::SlotView* v : {call->mutable_copy()->mutable_dst(), call->mutable_copy()->mutable_src()}) {
+                v->set_slot(rng_() % 5);
+                v->set_offset(Size() % 5000);
+                v->set_length(Size() % 5000);
+              }
+              if (rng_() % 4 == 0) call->set_program(Handle(programs));
+              if (rng_() % 4 == 0) call->add_args();
+              continue;
+            }
             call->set_program(Handle(programs));
             for (int a = rng_() % 7; a > 0; --a) {
               auto* arg = call->add_args();
@@ -192,6 +202,21 @@ TEST_F(RandomInputTest, TheDaemonAnswersEveryMalformedRequestAndLeaksNothing) {
           }
           writer->WritesDone();
           EXPECT_USABLE(writer->Finish());
+          break;
+        }
+        case 5: {
+          v1::CopyBufferRequest r;
+          r.set_session(s.id());
+          for (v1::View* v : {r.mutable_dst(), r.mutable_src()}) {
+            if (rng_() % 8 == 0) continue;  // no view
+            v->set_buffer(Handle(buffers));
+            v->set_offset(Size() % 8192);
+            v->set_length(Size() % 8192);
+          }
+          if (rng_() % 8 == 0) r.clear_src();
+          r.set_wait(rng_() % 2);
+          v1::CopyBufferReply reply;
+          EXPECT_USABLE(stub().CopyBuffer(&ctx, r, &reply));
           break;
         }
         default: {

@@ -196,6 +196,43 @@ TEST_P(StreamTest, InlineWritesReadsLaunchesAndKeepAlive) {
   EXPECT_EQ(replies[5].code(), int(grpc::StatusCode::INVALID_ARGUMENT));
 }
 
+// A copy on the stream runs in order between the operations around it.
+TEST_P(StreamTest, ACopyRunsInOrderOnTheStream) {
+  auto y = session_->Alloc(8);
+  ASSERT_TRUE(y.ok());
+  auto raw = OpenRaw();
+  auto req = [&](uint64_t seq) {
+    v1::SessionRequest r;
+    r.set_seq(seq);
+    r.set_session(session_->id());
+    return r;
+  };
+  v1::SessionRequest copy = req(2);
+  copy.mutable_copy()->mutable_dst()->set_buffer(y->handle());
+  copy.mutable_copy()->mutable_src()->set_buffer(x_->handle());
+  copy.mutable_copy()->set_wait(true);
+  v1::SessionRequest bad = req(3);
+  bad.set_continue_on_error(true);
+  bad.mutable_copy()->mutable_dst()->set_buffer(y->handle());
+  bad.mutable_copy()->mutable_src()->set_buffer(y->handle());  // onto itself
+  v1::SessionRequest read = req(4);
+  read.mutable_read()->set_buffer(y->handle());
+  ASSERT_TRUE(raw->stream->Write(ReplayRequest(1, 7)));  // x = 0 * 2 + 7, before the copy
+  for (auto* r : {&copy, &bad, &read}) ASSERT_TRUE(raw->stream->Write(*r));
+  raw->stream->WritesDone();
+  std::vector<v1::SessionReply> replies(4);
+  for (auto& r : replies) ASSERT_TRUE(raw->stream->Read(&r));
+  raw->stream->Finish();
+  EXPECT_EQ(replies[1].code(), 0) << replies[1].message();
+  EXPECT_TRUE(replies[1].has_copy());
+  EXPECT_EQ(replies[2].code(), int(grpc::StatusCode::INVALID_ARGUMENT));
+  EXPECT_THAT(replies[2].message(), HasSubstr("overlapping"));
+  int64_t got;
+  ASSERT_EQ(replies[3].read().data().size(), 8u);
+  std::memcpy(&got, replies[3].read().data().data(), 8);
+  EXPECT_EQ(got, 7);
+}
+
 TEST_P(StreamTest, AStreamForAnotherSessionOrNoneIsRefused) {
   auto raw = OpenRaw();
   v1::SessionRequest r = ReplayRequest(1, 1);

@@ -191,6 +191,15 @@ TEST_F(TenancyTest, EveryKindOfHandleOfAnotherTenantIsNotFound) {
          v1::LaunchReply y;
          return rpc.Launch(&ctx, r, &y);
        }},
+      {"CopyBuffer",
+       [&](auto& ctx, uint64_t s) {
+         v1::CopyBufferRequest r;
+         r.set_session(s);
+         r.mutable_dst()->set_buffer(buffer);  // erin's 2s, which a zeroed copy would show
+         r.mutable_src()->set_buffer(out->handle());
+         v1::CopyBufferReply y;
+         return rpc.CopyBuffer(&ctx, r, &y);
+       }},
       {"Synchronize",
        [&](auto& ctx, uint64_t s) {
          v1::SynchronizeRequest r;
