@@ -130,8 +130,7 @@ absl::StatusOr<Buffer> Session::Alloc(uint64_t bytes) {
   return Buffer(core_, reply.buffer(), bytes);
 }
 
-absl::Status Session::Write(const Buffer& buffer, uint64_t offset,
-                            std::span<const uint8_t> bytes) {
+absl::Status Session::Write(const Buffer& buffer, uint64_t offset, std::span<const uint8_t> bytes) {
   grpc::ClientContext context;
   Authorize(context, core_->token);
   v1::WriteBufferReply reply;
@@ -195,10 +194,9 @@ absl::StatusOr<Program> Session::Load(const ProgramSpec& spec) {
   return Program(core_, std::move(reply));
 }
 
-absl::StatusOr<v1::LaunchReply> Session::Launch(const Program& program,
-                                                const std::vector<KernelArg>& args,
-                                                std::array<uint64_t, 3> global,
-                                                std::array<uint64_t, 3> local, bool wait) {
+absl::StatusOr<v1::LaunchReply> Session::Launch(const Program& program, const std::vector<KernelArg>& args,
+                                                std::array<uint64_t, 3> global, std::array<uint64_t, 3> local,
+                                                bool wait) {
   LaunchSpec spec;
   spec.args = args;
   spec.global = {global[0], global[1], global[2]};
@@ -288,8 +286,7 @@ void Graph::Release() {
   info_.set_graph(0);
 }
 
-absl::Status Session::BeginCapture(const std::vector<const Buffer*>& inputs,
-                                   const std::vector<Variable>& variables) {
+absl::Status Session::BeginCapture(const std::vector<const Buffer*>& inputs, const std::vector<Variable>& variables) {
   grpc::ClientContext context;
   Authorize(context, core_->token);
   v1::BeginCaptureRequest request;
@@ -336,8 +333,7 @@ absl::StatusOr<Graph> Session::DefineGraph(const v1::GraphDef& def) {
 
 namespace {
 
-void ParamsToProto(const std::vector<ParamArg>& params,
-                   google::protobuf::RepeatedPtrField<v1::ParamValue>* out) {
+void ParamsToProto(const std::vector<ParamArg>& params, google::protobuf::RepeatedPtrField<v1::ParamValue>* out) {
   for (const ParamArg& p : params) {
     if (const Buffer* const* b = std::get_if<const Buffer*>(&p)) {
       out->Add()->set_buffer(*b ? (*b)->handle() : 0);
@@ -347,8 +343,8 @@ void ParamsToProto(const std::vector<ParamArg>& params,
   }
 }
 
-void ReplayToProto(const Graph& graph, const std::vector<ParamArg>& params, bool wait,
-                   const std::vector<View>& reads, v1::ReplayGraphRequest* request) {
+void ReplayToProto(const Graph& graph, const std::vector<ParamArg>& params, bool wait, const std::vector<View>& reads,
+                   v1::ReplayGraphRequest* request) {
   request->set_graph(graph.handle());
   ParamsToProto(params, request->mutable_params());
   request->set_wait(wait);
@@ -368,8 +364,8 @@ absl::Status ReplyStatus(const v1::SessionReply& reply) {
 
 }  // namespace
 
-absl::StatusOr<ReplayResult> Session::ReplayUnary(const Graph& graph, const std::vector<ParamArg>& params,
-                                                  bool wait, const std::vector<View>& reads) {
+absl::StatusOr<ReplayResult> Session::ReplayUnary(const Graph& graph, const std::vector<ParamArg>& params, bool wait,
+                                                  const std::vector<View>& reads) {
   grpc::ClientContext context;
   Authorize(context, core_->token);
   v1::ReplayGraphRequest request;
@@ -381,8 +377,7 @@ absl::StatusOr<ReplayResult> Session::ReplayUnary(const Graph& graph, const std:
   return FromProto(reply);
 }
 
-std::future<absl::StatusOr<ReplayResult>> Session::ReplayAsync(const Graph& graph,
-                                                               const std::vector<ParamArg>& params,
+std::future<absl::StatusOr<ReplayResult>> Session::ReplayAsync(const Graph& graph, const std::vector<ParamArg>& params,
                                                                bool wait, const std::vector<View>& reads) {
   auto promise = std::make_shared<std::promise<absl::StatusOr<ReplayResult>>>();
   std::future<absl::StatusOr<ReplayResult>> future = promise->get_future();
@@ -396,8 +391,8 @@ std::future<absl::StatusOr<ReplayResult>> Session::ReplayAsync(const Graph& grap
   return future;
 }
 
-absl::StatusOr<ReplayResult> Session::Replay(const Graph& graph, const std::vector<ParamArg>& params,
-                                             bool wait, const std::vector<View>& reads) {
+absl::StatusOr<ReplayResult> Session::Replay(const Graph& graph, const std::vector<ParamArg>& params, bool wait,
+                                             const std::vector<View>& reads) {
   return ReplayAsync(graph, params, wait, reads).get();
 }
 

@@ -14,14 +14,13 @@
 #include <array>
 #include <atomic>
 #include <cstdint>
+#include <functional>
+#include <future>
 #include <memory>
 #include <span>
 #include <string>
 #include <variant>
 #include <vector>
-
-#include <functional>
-#include <future>
 
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
@@ -204,10 +203,8 @@ class Session {
 
   absl::StatusOr<Program> Load(const ProgramSpec& spec);
   // One launch. With wait, the reply carries the device time.
-  absl::StatusOr<v1::LaunchReply> Launch(const Program& program,
-                                         const std::vector<KernelArg>& args,
-                                         std::array<uint64_t, 3> global,
-                                         std::array<uint64_t, 3> local = {1, 1, 1},
+  absl::StatusOr<v1::LaunchReply> Launch(const Program& program, const std::vector<KernelArg>& args,
+                                         std::array<uint64_t, 3> global, std::array<uint64_t, 3> local = {1, 1, 1},
                                          bool wait = false);
   absl::StatusOr<v1::LaunchReply> Launch(const Program& program, const LaunchSpec& spec);
   // A device-to-device copy from `src` to `dst` (views of one length that do not
@@ -217,8 +214,7 @@ class Session {
   absl::Status KeepAlive();
 
   // Graphs: capture launches between BeginCapture and EndCapture, or define one.
-  absl::Status BeginCapture(const std::vector<const Buffer*>& inputs,
-                            const std::vector<Variable>& variables);
+  absl::Status BeginCapture(const std::vector<const Buffer*>& inputs, const std::vector<Variable>& variables);
   absl::StatusOr<Graph> EndCapture(const std::vector<const Buffer*>& outputs);
   // Closes the open capture without making a graph.
   absl::Status DiscardCapture();
@@ -227,19 +223,17 @@ class Session {
   // returns the bytes of `reads`. ReplayAsync returns at once: replays issued from one
   // thread run in order, and the client may queue many (up to the stream window) before
   // waiting on any.
-  absl::StatusOr<ReplayResult> Replay(const Graph& graph, const std::vector<ParamArg>& params,
-                                      bool wait = false, const std::vector<View>& reads = {});
-  std::future<absl::StatusOr<ReplayResult>> ReplayAsync(const Graph& graph,
-                                                        const std::vector<ParamArg>& params,
-                                                        bool wait = false,
-                                                        const std::vector<View>& reads = {});
+  absl::StatusOr<ReplayResult> Replay(const Graph& graph, const std::vector<ParamArg>& params, bool wait = false,
+                                      const std::vector<View>& reads = {});
+  std::future<absl::StatusOr<ReplayResult>> ReplayAsync(const Graph& graph, const std::vector<ParamArg>& params,
+                                                        bool wait = false, const std::vector<View>& reads = {});
   // One request for a whole sequence; `on_reads` gets each replay's reads with
   // stream_reads.
   absl::StatusOr<SequenceResult> ReplaySequence(const Graph& graph, const SequenceSpec& spec,
                                                 const SequenceReadsFn& on_reads = nullptr);
   // The same replay as one unary ReplayGraph RPC, without the stream.
-  absl::StatusOr<ReplayResult> ReplayUnary(const Graph& graph, const std::vector<ParamArg>& params,
-                                           bool wait = false, const std::vector<View>& reads = {});
+  absl::StatusOr<ReplayResult> ReplayUnary(const Graph& graph, const std::vector<ParamArg>& params, bool wait = false,
+                                           const std::vector<View>& reads = {});
   absl::StatusOr<v1::GraphReply> DescribeGraph(const Graph& graph);
   // Closes now; everything the session owned is freed. Later calls are NOT_FOUND.
   absl::Status Close();
@@ -266,7 +260,7 @@ class Session {
 };
 
 struct ClientOptions {
-  std::string token;         // sent as authorization: Bearer <token> on every call
+  std::string token;          // sent as authorization: Bearer <token> on every call
   size_t stream_window = 64;  // operations a session's stream may have outstanding
   // TLS, when tls_root_ca (PEM) is set: the CA that signed the daemon's certificate, and
   // for mutual TLS this client's PEM certificate chain and key.
@@ -291,8 +285,7 @@ class Client {
   absl::StatusOr<std::string> CloseAnySession(uint64_t session);
 
  private:
-  Client(std::shared_ptr<v1::Replayd::Stub> stub, std::shared_ptr<v1::Admin::Stub> admin,
-         ClientOptions options)
+  Client(std::shared_ptr<v1::Replayd::Stub> stub, std::shared_ptr<v1::Admin::Stub> admin, ClientOptions options)
       : stub_(std::move(stub)), admin_(std::move(admin)), options_(std::move(options)) {}
   std::shared_ptr<v1::Replayd::Stub> stub_;
   std::shared_ptr<v1::Admin::Stub> admin_;

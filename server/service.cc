@@ -7,13 +7,12 @@
 
 namespace replayd {
 
-absl::StatusOr<std::shared_ptr<const Tenant>> ReplaydService::Caller(
-    const grpc::ServerContext* context) const {
+absl::StatusOr<std::shared_ptr<const Tenant>> ReplaydService::Caller(const grpc::ServerContext* context) const {
   return auth_->Authenticate(*context);
 }
 
-absl::StatusOr<std::shared_ptr<replayd::Session>> ReplaydService::FindSession(
-    const grpc::ServerContext* context, SessionId id) {
+absl::StatusOr<std::shared_ptr<replayd::Session>> ReplaydService::FindSession(const grpc::ServerContext* context,
+                                                                              SessionId id) {
   absl::StatusOr<std::shared_ptr<const Tenant>> caller = Caller(context);
   if (!caller.ok()) return caller.status();
   return engine_->FindSession((*caller)->name, id);
@@ -28,8 +27,7 @@ grpc::Status ReplaydService::ListDevices(grpc::ServerContext* context, const v1:
   return grpc::Status::OK;
 }
 
-grpc::Status ReplaydService::OpenSession(grpc::ServerContext* context,
-                                         const v1::OpenSessionRequest* request,
+grpc::Status ReplaydService::OpenSession(grpc::ServerContext* context, const v1::OpenSessionRequest* request,
                                          v1::OpenSessionReply* reply) {
   absl::StatusOr<std::shared_ptr<const Tenant>> caller = Caller(context);
   if (!caller.ok()) return ToGrpc(caller.status());
@@ -42,8 +40,7 @@ grpc::Status ReplaydService::OpenSession(grpc::ServerContext* context,
   return grpc::Status::OK;
 }
 
-grpc::Status ReplaydService::KeepAlive(grpc::ServerContext* context,
-                                       const v1::KeepAliveRequest* request,
+grpc::Status ReplaydService::KeepAlive(grpc::ServerContext* context, const v1::KeepAliveRequest* request,
                                        v1::KeepAliveReply* reply) {
   auto session = FindSession(context, request->session());
   if (!session.ok()) return ToGrpc(session.status());
@@ -51,16 +48,14 @@ grpc::Status ReplaydService::KeepAlive(grpc::ServerContext* context,
   return grpc::Status::OK;
 }
 
-grpc::Status ReplaydService::CloseSession(grpc::ServerContext* context,
-                                          const v1::CloseSessionRequest* request,
+grpc::Status ReplaydService::CloseSession(grpc::ServerContext* context, const v1::CloseSessionRequest* request,
                                           v1::CloseSessionReply*) {
   absl::StatusOr<std::shared_ptr<const Tenant>> caller = Caller(context);
   if (!caller.ok()) return ToGrpc(caller.status());
   return ToGrpc(engine_->CloseSession((*caller)->name, request->session()));
 }
 
-grpc::Status ReplaydService::AllocBuffer(grpc::ServerContext* context,
-                                         const v1::AllocBufferRequest* request,
+grpc::Status ReplaydService::AllocBuffer(grpc::ServerContext* context, const v1::AllocBufferRequest* request,
                                          v1::AllocBufferReply* reply) {
   auto session = FindSession(context, request->session());
   if (!session.ok()) return ToGrpc(session.status());
@@ -70,35 +65,31 @@ grpc::Status ReplaydService::AllocBuffer(grpc::ServerContext* context,
   return grpc::Status::OK;
 }
 
-grpc::Status ReplaydService::FreeBuffer(grpc::ServerContext* context,
-                                        const v1::FreeBufferRequest* request,
+grpc::Status ReplaydService::FreeBuffer(grpc::ServerContext* context, const v1::FreeBufferRequest* request,
                                         v1::FreeBufferReply*) {
   auto session = FindSession(context, request->session());
   if (!session.ok()) return ToGrpc(session.status());
   return ToGrpc((*session)->FreeBuffer(request->buffer()));
 }
 
-grpc::Status ReplaydService::WriteBuffer(grpc::ServerContext* context,
-                                         grpc::ServerReader<v1::WriteChunk>* reader,
+grpc::Status ReplaydService::WriteBuffer(grpc::ServerContext* context, grpc::ServerReader<v1::WriteChunk>* reader,
                                          v1::WriteBufferReply* reply) {
   v1::WriteChunk chunk;
-  if (!reader->Read(&chunk))
-    return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "WriteBuffer stream has no chunk");
+  if (!reader->Read(&chunk)) return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "WriteBuffer stream has no chunk");
   const SessionId session_id = chunk.session();
   const Handle buffer = chunk.buffer();
   auto session = FindSession(context, session_id);
   if (!session.ok()) return ToGrpc(session.status());
   uint64_t written = 0;
   do {
-    if ((chunk.session() != 0 && chunk.session() != session_id) ||
-        (chunk.buffer() != 0 && chunk.buffer() != buffer)) {
+    if ((chunk.session() != 0 && chunk.session() != session_id) || (chunk.buffer() != 0 && chunk.buffer() != buffer)) {
       return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
                           "WriteBuffer chunks must all name the same session and buffer");
     }
     if (chunk.data().size() > kMaxChunkBytes) {
-      return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
-                          absl::StrCat("chunk of ", chunk.data().size(),
-                                       " bytes exceeds the limit of ", kMaxChunkBytes));
+      return grpc::Status(
+          grpc::StatusCode::INVALID_ARGUMENT,
+          absl::StrCat("chunk of ", chunk.data().size(), " bytes exceeds the limit of ", kMaxChunkBytes));
     }
     const auto* data = reinterpret_cast<const uint8_t*>(chunk.data().data());
     absl::Status s = (*session)->WriteBuffer(buffer, chunk.offset(), {data, chunk.data().size()});
@@ -111,8 +102,7 @@ grpc::Status ReplaydService::WriteBuffer(grpc::ServerContext* context,
   return grpc::Status::OK;
 }
 
-grpc::Status ReplaydService::ReadBuffer(grpc::ServerContext* context,
-                                        const v1::ReadBufferRequest* request,
+grpc::Status ReplaydService::ReadBuffer(grpc::ServerContext* context, const v1::ReadBufferRequest* request,
                                         grpc::ServerWriter<v1::ReadChunk>* writer) {
   auto session = FindSession(context, request->session());
   if (!session.ok()) return ToGrpc(session.status());
@@ -126,8 +116,8 @@ grpc::Status ReplaydService::ReadBuffer(grpc::ServerContext* context,
     chunk.set_offset(offset + done);
     std::string* data = chunk.mutable_data();
     data->resize(n);
-    absl::Status s = (*session)->ReadBuffer(request->buffer(), offset + done,
-                                            {reinterpret_cast<uint8_t*>(data->data()), n});
+    absl::Status s =
+        (*session)->ReadBuffer(request->buffer(), offset + done, {reinterpret_cast<uint8_t*>(data->data()), n});
     if (!s.ok()) return ToGrpc(s);
     if (!writer->Write(chunk)) return grpc::Status::CANCELLED;
     done += n;
@@ -136,8 +126,7 @@ grpc::Status ReplaydService::ReadBuffer(grpc::ServerContext* context,
   return grpc::Status::OK;
 }
 
-grpc::Status ReplaydService::LoadProgram(grpc::ServerContext* context,
-                                         const v1::LoadProgramRequest* request,
+grpc::Status ReplaydService::LoadProgram(grpc::ServerContext* context, const v1::LoadProgramRequest* request,
                                          v1::LoadProgramReply* reply) {
   absl::StatusOr<std::shared_ptr<const Tenant>> caller = Caller(context);
   if (!caller.ok()) return ToGrpc(caller.status());
@@ -155,16 +144,15 @@ grpc::Status ReplaydService::LoadProgram(grpc::ServerContext* context,
   return grpc::Status::OK;
 }
 
-grpc::Status ReplaydService::FreeProgram(grpc::ServerContext* context,
-                                         const v1::FreeProgramRequest* request,
+grpc::Status ReplaydService::FreeProgram(grpc::ServerContext* context, const v1::FreeProgramRequest* request,
                                          v1::FreeProgramReply*) {
   auto session = FindSession(context, request->session());
   if (!session.ok()) return ToGrpc(session.status());
   return ToGrpc((*session)->FreeProgram(request->program()));
 }
 
-grpc::Status ReplaydService::Launch(grpc::ServerContext* context,
-                                    const v1::LaunchRequest* request, v1::LaunchReply* reply) {
+grpc::Status ReplaydService::Launch(grpc::ServerContext* context, const v1::LaunchRequest* request,
+                                    v1::LaunchReply* reply) {
   auto session = FindSession(context, request->session());
   if (!session.ok()) return ToGrpc(session.status());
   absl::StatusOr<LaunchOp> op = FromProto(*request);
@@ -187,16 +175,14 @@ grpc::Status ReplaydService::CopyBuffer(grpc::ServerContext* context, const v1::
   return grpc::Status::OK;
 }
 
-grpc::Status ReplaydService::Synchronize(grpc::ServerContext* context,
-                                         const v1::SynchronizeRequest* request,
+grpc::Status ReplaydService::Synchronize(grpc::ServerContext* context, const v1::SynchronizeRequest* request,
                                          v1::SynchronizeReply*) {
   auto session = FindSession(context, request->session());
   if (!session.ok()) return ToGrpc(session.status());
   return ToGrpc((*session)->Synchronize());
 }
 
-grpc::Status ReplaydService::BeginCapture(grpc::ServerContext* context,
-                                          const v1::BeginCaptureRequest* request,
+grpc::Status ReplaydService::BeginCapture(grpc::ServerContext* context, const v1::BeginCaptureRequest* request,
                                           v1::BeginCaptureReply*) {
   auto session = FindSession(context, request->session());
   if (!session.ok()) return ToGrpc(session.status());
@@ -212,8 +198,7 @@ grpc::Status ReplaydService::BeginCapture(grpc::ServerContext* context,
   return ToGrpc((*session)->BeginCapture(inputs, variables));
 }
 
-grpc::Status ReplaydService::EndCapture(grpc::ServerContext* context,
-                                        const v1::EndCaptureRequest* request,
+grpc::Status ReplaydService::EndCapture(grpc::ServerContext* context, const v1::EndCaptureRequest* request,
                                         v1::GraphReply* reply) {
   auto session = FindSession(context, request->session());
   if (!session.ok()) return ToGrpc(session.status());
@@ -224,8 +209,7 @@ grpc::Status ReplaydService::EndCapture(grpc::ServerContext* context,
   return grpc::Status::OK;
 }
 
-grpc::Status ReplaydService::DefineGraph(grpc::ServerContext* context,
-                                         const v1::DefineGraphRequest* request,
+grpc::Status ReplaydService::DefineGraph(grpc::ServerContext* context, const v1::DefineGraphRequest* request,
                                          v1::GraphReply* reply) {
   auto session = FindSession(context, request->session());
   if (!session.ok()) return ToGrpc(session.status());
@@ -237,8 +221,7 @@ grpc::Status ReplaydService::DefineGraph(grpc::ServerContext* context,
   return grpc::Status::OK;
 }
 
-grpc::Status ReplaydService::ReplayGraph(grpc::ServerContext* context,
-                                         const v1::ReplayGraphRequest* request,
+grpc::Status ReplaydService::ReplayGraph(grpc::ServerContext* context, const v1::ReplayGraphRequest* request,
                                          v1::ReplayGraphReply* reply) {
   auto session = FindSession(context, request->session());
   if (!session.ok()) return ToGrpc(session.status());
@@ -251,15 +234,15 @@ grpc::Status ReplaydService::ReplayGraph(grpc::ServerContext* context,
   return grpc::Status::OK;
 }
 
-grpc::Status ReplaydService::FreeGraph(grpc::ServerContext* context,
-                                       const v1::FreeGraphRequest* request, v1::FreeGraphReply*) {
+grpc::Status ReplaydService::FreeGraph(grpc::ServerContext* context, const v1::FreeGraphRequest* request,
+                                       v1::FreeGraphReply*) {
   auto session = FindSession(context, request->session());
   if (!session.ok()) return ToGrpc(session.status());
   return ToGrpc((*session)->FreeGraph(request->graph()));
 }
 
-grpc::Status ReplaydService::GraphInfo(grpc::ServerContext* context,
-                                       const v1::GraphInfoRequest* request, v1::GraphReply* reply) {
+grpc::Status ReplaydService::GraphInfo(grpc::ServerContext* context, const v1::GraphInfoRequest* request,
+                                       v1::GraphReply* reply) {
   auto session = FindSession(context, request->session());
   if (!session.ok()) return ToGrpc(session.status());
   absl::StatusOr<replayd::GraphInfo> info = (*session)->DescribeGraph(request->graph());
@@ -268,9 +251,8 @@ grpc::Status ReplaydService::GraphInfo(grpc::ServerContext* context,
   return grpc::Status::OK;
 }
 
-grpc::Status ReplaydService::Session(
-    grpc::ServerContext* context,
-    grpc::ServerReaderWriter<v1::SessionReply, v1::SessionRequest>* stream) {
+grpc::Status ReplaydService::Session(grpc::ServerContext* context,
+                                     grpc::ServerReaderWriter<v1::SessionReply, v1::SessionRequest>* stream) {
   absl::StatusOr<std::shared_ptr<const Tenant>> caller = Caller(context);
   if (!caller.ok()) return ToGrpc(caller.status());
   return ServeSessionStream(*engine_, (*caller)->name, stream_window_, context, stream);

@@ -48,16 +48,15 @@ class StreamOps {
         if (absl::Status s = FromProto(request.replay(), replay_op_); !s.ok()) return s;
         if (absl::Status s = session.ReplayGraph(replay_op_, replay_result_); !s.ok()) return s;
         v1::ReplayGraphReply* out = reply.mutable_replay();
-        if (replay_result_.device_time)
-          out->set_device_seconds(absl::ToDoubleSeconds(*replay_result_.device_time));
+        if (replay_result_.device_time) out->set_device_seconds(absl::ToDoubleSeconds(*replay_result_.device_time));
         for (const std::string& r : replay_result_.reads) out->add_reads(r);
         return absl::OkStatus();
       }
       case v1::SessionRequest::kWrite: {
         const v1::WriteInline& w = request.write();
         if (w.data().size() > kMaxChunkBytes)
-          return absl::InvalidArgumentError(absl::StrCat("inline write of ", w.data().size(),
-                                                         " bytes exceeds ", kMaxChunkBytes));
+          return absl::InvalidArgumentError(
+              absl::StrCat("inline write of ", w.data().size(), " bytes exceeds ", kMaxChunkBytes));
         auto s = session.WriteBuffer(w.buffer(), w.offset(),
                                      {reinterpret_cast<const uint8_t*>(w.data().data()), w.data().size()});
         if (s.ok()) reply.mutable_write()->set_bytes_written(w.data().size());
@@ -68,20 +67,18 @@ class StreamOps {
         auto range = session.ResolveRange(v.buffer(), v.offset(), v.length());
         if (!range.ok()) return range.status();
         if (range->second > kMaxChunkBytes)
-          return absl::InvalidArgumentError(absl::StrCat("inline read of ", range->second,
-                                                         " bytes exceeds ", kMaxChunkBytes));
+          return absl::InvalidArgumentError(
+              absl::StrCat("inline read of ", range->second, " bytes exceeds ", kMaxChunkBytes));
         v1::ReadChunk* out = reply.mutable_read();
         out->set_offset(range->first);
         std::string* data = out->mutable_data();
         data->resize(range->second);
-        return session.ReadBuffer(v.buffer(), range->first,
-                                  {reinterpret_cast<uint8_t*>(data->data()), range->second});
+        return session.ReadBuffer(v.buffer(), range->first, {reinterpret_cast<uint8_t*>(data->data()), range->second});
       }
       case v1::SessionRequest::kSynchronize:
         return session.Synchronize();
       case v1::SessionRequest::kKeepAlive:
-        reply.mutable_keep_alive()->set_lease_seconds(
-            static_cast<uint32_t>(absl::ToInt64Seconds(session.lease())));
+        reply.mutable_keep_alive()->set_lease_seconds(static_cast<uint32_t>(absl::ToInt64Seconds(session.lease())));
         return absl::OkStatus();
       case v1::SessionRequest::kReplaySequence:
         return RunSequence(session, request, reply);
@@ -96,8 +93,8 @@ class StreamOps {
     if (!op.ok()) return op.status();
     const uint64_t last = op->vectors.empty() ? op->count - 1 : op->vectors.size() - 1;
     v1::SessionReply& step = *google::protobuf::Arena::CreateMessage<v1::SessionReply>(reply.GetArena());
-    absl::StatusOr<SequenceResult> r = session.ReplaySequence(
-        *op, [&](uint64_t index, const ReplayResult& result) -> absl::Status {
+    absl::StatusOr<SequenceResult> r =
+        session.ReplaySequence(*op, [&](uint64_t index, const ReplayResult& result) -> absl::Status {
           v1::ReplaySequenceReply* out = (index == last ? reply : step).mutable_sequence();
           out->set_index(static_cast<uint32_t>(index));
           out->clear_reads();
@@ -118,7 +115,6 @@ class StreamOps {
   ReplayOp replay_op_;
   ReplayResult replay_result_;
 };
-
 
 // The per-stream state: its session, and whether a failure cancels what follows.
 class StreamRunner {
@@ -143,8 +139,8 @@ class StreamRunner {
       session_->Renew(absl::Now());
     }
     if (status.ok() && failed_ && !request.resume()) {
-      status = absl::AbortedError(absl::StrCat("not run: operation ", failed_seq_,
-                                               " failed earlier on this stream (set resume to go on)"));
+      status = absl::AbortedError(
+          absl::StrCat("not run: operation ", failed_seq_, " failed earlier on this stream (set resume to go on)"));
     } else if (status.ok()) {
       failed_ = false;
       status = ops_.Run(*session_, request, reply);
@@ -217,8 +213,7 @@ class ReadAhead {
 
 }  // namespace
 
-grpc::Status ServeSessionStream(Engine& engine, absl::string_view tenant, size_t window,
-                                grpc::ServerContext* context,
+grpc::Status ServeSessionStream(Engine& engine, absl::string_view tenant, size_t window, grpc::ServerContext* context,
                                 grpc::ServerReaderWriter<v1::SessionReply, v1::SessionRequest>* stream) {
   StreamRunner runner(engine, tenant, stream);
   // The stream's messages live in one arena and are reused for every operation.

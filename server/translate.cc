@@ -11,18 +11,32 @@ absl::StatusOr<Param> FromProto(const v1::Param& p, int index) {
   Param out;
   out.name = p.name();
   switch (p.kind()) {
-    case v1::Param::BUFFER: out.kind = ParamKind::kBuffer; break;
-    case v1::Param::INT32: out.kind = ParamKind::kInt32; break;
-    case v1::Param::INT64: out.kind = ParamKind::kInt64; break;
+    case v1::Param::BUFFER:
+      out.kind = ParamKind::kBuffer;
+      break;
+    case v1::Param::INT32:
+      out.kind = ParamKind::kInt32;
+      break;
+    case v1::Param::INT64:
+      out.kind = ParamKind::kInt64;
+      break;
     default:
       return absl::InvalidArgumentError(
           absl::StrCat("signature param ", index, ": kind ", p.kind(), " is not BUFFER, INT32 or INT64"));
   }
   switch (p.access()) {
-    case v1::Param::ACCESS_UNSPECIFIED: out.access = Access::kNone; break;
-    case v1::Param::IN: out.access = Access::kIn; break;
-    case v1::Param::OUT: out.access = Access::kOut; break;
-    case v1::Param::INOUT: out.access = Access::kInout; break;
+    case v1::Param::ACCESS_UNSPECIFIED:
+      out.access = Access::kNone;
+      break;
+    case v1::Param::IN:
+      out.access = Access::kIn;
+      break;
+    case v1::Param::OUT:
+      out.access = Access::kOut;
+      break;
+    case v1::Param::INOUT:
+      out.access = Access::kInout;
+      break;
     default:
       return absl::InvalidArgumentError(
           absl::StrCat("signature param ", index, ": access ", p.access(), " is not IN, OUT or INOUT"));
@@ -30,8 +44,8 @@ absl::StatusOr<Param> FromProto(const v1::Param& p, int index) {
   return out;
 }
 
-absl::StatusOr<Expression> ExprFromProto(const v1::Expr& e, std::span<const Variable> variables,
-                                         int depth, size_t* nodes) {
+absl::StatusOr<Expression> ExprFromProto(const v1::Expr& e, std::span<const Variable> variables, int depth,
+                                         size_t* nodes) {
   if (depth > 64) return absl::InvalidArgumentError("expression nested more than 64 deep");
   if (++*nodes > Expression::kMaxNodes)
     return absl::InvalidArgumentError(absl::StrCat("expression has more than ", Expression::kMaxNodes, " nodes"));
@@ -49,13 +63,27 @@ absl::StatusOr<Expression> ExprFromProto(const v1::Expr& e, std::span<const Vari
       using Op = Expression::Op;
       Op op;
       switch (e.binary().op()) {
-        case v1::BinaryExpr::ADD: op = Op::kAdd; break;
-        case v1::BinaryExpr::SUB: op = Op::kSub; break;
-        case v1::BinaryExpr::MUL: op = Op::kMul; break;
-        case v1::BinaryExpr::FLOORDIV: op = Op::kFloorDiv; break;
-        case v1::BinaryExpr::MOD: op = Op::kMod; break;
-        case v1::BinaryExpr::MIN: op = Op::kMin; break;
-        case v1::BinaryExpr::MAX: op = Op::kMax; break;
+        case v1::BinaryExpr::ADD:
+          op = Op::kAdd;
+          break;
+        case v1::BinaryExpr::SUB:
+          op = Op::kSub;
+          break;
+        case v1::BinaryExpr::MUL:
+          op = Op::kMul;
+          break;
+        case v1::BinaryExpr::FLOORDIV:
+          op = Op::kFloorDiv;
+          break;
+        case v1::BinaryExpr::MOD:
+          op = Op::kMod;
+          break;
+        case v1::BinaryExpr::MIN:
+          op = Op::kMin;
+          break;
+        case v1::BinaryExpr::MAX:
+          op = Op::kMax;
+          break;
         default:
           return absl::InvalidArgumentError(absl::StrCat("expression op ", e.binary().op(), " is unknown"));
       }
@@ -64,8 +92,7 @@ absl::StatusOr<Expression> ExprFromProto(const v1::Expr& e, std::span<const Vari
       absl::StatusOr<Expression> rhs = ExprFromProto(e.binary().rhs(), variables, depth + 1, nodes);
       if (!rhs.ok()) return rhs;
       Expression out = Expression::Binary(op, *lhs, *rhs);
-      if (out.nodes().size() > Expression::kMaxNodes)
-        return absl::InvalidArgumentError("expression is too large");
+      if (out.nodes().size() > Expression::kMaxNodes) return absl::InvalidArgumentError("expression is too large");
       return out;
     }
     default:
@@ -73,10 +100,9 @@ absl::StatusOr<Expression> ExprFromProto(const v1::Expr& e, std::span<const Vari
   }
 }
 
-absl::StatusOr<std::vector<Expression>> DimsFromProto(
-    const google::protobuf::RepeatedField<uint64_t>& plain,
-    const google::protobuf::RepeatedPtrField<v1::Expr>& symbolic, std::span<const Variable> variables,
-    absl::string_view what) {
+absl::StatusOr<std::vector<Expression>> DimsFromProto(const google::protobuf::RepeatedField<uint64_t>& plain,
+                                                      const google::protobuf::RepeatedPtrField<v1::Expr>& symbolic,
+                                                      std::span<const Variable> variables, absl::string_view what) {
   if (!plain.empty() && !symbolic.empty())
     return absl::InvalidArgumentError(absl::StrCat(what, " and ", what, "_expr are both set"));
   if (plain.size() > 3 || symbolic.size() > 3)
@@ -181,8 +207,7 @@ absl::StatusOr<CopyOp> FromProto(const v1::CopyBufferRequest& request) {
 absl::StatusOr<GraphDef> FromProto(const v1::GraphDef& def) {
   GraphDef out;
   if (def.variables_size() > static_cast<int>(kMaxGraphVariables) ||
-      def.slots_size() > static_cast<int>(kMaxGraphSlots) ||
-      def.calls_size() > static_cast<int>(kMaxGraphCalls))
+      def.slots_size() > static_cast<int>(kMaxGraphSlots) || def.calls_size() > static_cast<int>(kMaxGraphCalls))
     return absl::InvalidArgumentError("graph definition exceeds the limits on variables, slots or calls");
   for (const v1::Variable& v : def.variables()) {
     absl::StatusOr<Variable> var = FromProto(v);
@@ -193,9 +218,15 @@ absl::StatusOr<GraphDef> FromProto(const v1::GraphDef& def) {
     const v1::Slot& s = def.slots(i);
     SlotDef slot{SlotKind::kParameter, s.bytes(), s.buffer()};
     switch (s.kind()) {
-      case v1::Slot::PARAMETER: slot.kind = SlotKind::kParameter; break;
-      case v1::Slot::INTERNAL: slot.kind = SlotKind::kInternal; break;
-      case v1::Slot::CONSTANT: slot.kind = SlotKind::kConstant; break;
+      case v1::Slot::PARAMETER:
+        slot.kind = SlotKind::kParameter;
+        break;
+      case v1::Slot::INTERNAL:
+        slot.kind = SlotKind::kInternal;
+        break;
+      case v1::Slot::CONSTANT:
+        slot.kind = SlotKind::kConstant;
+        break;
       default:
         return absl::InvalidArgumentError(absl::StrCat("slot ", i, ": kind ", s.kind(), " is unknown"));
     }
@@ -223,7 +254,8 @@ absl::StatusOr<GraphDef> FromProto(const v1::GraphDef& def) {
         cd.args.emplace_back(SlotView{a.view().slot(), a.view().offset(), a.view().length()});
       } else if (a.has_expr()) {
         absl::StatusOr<Expression> e = FromProto(a.expr(), out.variables);
-        if (!e.ok()) return absl::InvalidArgumentError(absl::StrCat("call ", c, " argument ", i, ": ", e.status().message()));
+        if (!e.ok())
+          return absl::InvalidArgumentError(absl::StrCat("call ", c, " argument ", i, ": ", e.status().message()));
         cd.args.emplace_back(std::move(*e));
       } else {
         return absl::InvalidArgumentError(absl::StrCat("call ", c, " argument ", i, " has no value"));
@@ -251,16 +283,20 @@ absl::Status ParamsFromProto(const google::protobuf::RepeatedPtrField<v1::ParamV
   for (int i = 0; i < params.size(); ++i) {
     const v1::ParamValue& p = params[i];
     switch (p.value_case()) {
-      case v1::ParamValue::kBuffer: out.emplace_back(BufferParam{p.buffer()}); break;
-      case v1::ParamValue::kIntValue: out.emplace_back(p.int_value()); break;
-      default: return absl::InvalidArgumentError(absl::StrCat("parameter ", i, " has no value"));
+      case v1::ParamValue::kBuffer:
+        out.emplace_back(BufferParam{p.buffer()});
+        break;
+      case v1::ParamValue::kIntValue:
+        out.emplace_back(p.int_value());
+        break;
+      default:
+        return absl::InvalidArgumentError(absl::StrCat("parameter ", i, " has no value"));
     }
   }
   return absl::OkStatus();
 }
 
-absl::Status ReadsFromProto(const google::protobuf::RepeatedPtrField<v1::View>& reads,
-                            std::vector<ViewArg>& out) {
+absl::Status ReadsFromProto(const google::protobuf::RepeatedPtrField<v1::View>& reads, std::vector<ViewArg>& out) {
   if (reads.size() > 1024) return absl::InvalidArgumentError("more than 1024 reads");
   out.clear();
   for (const v1::View& v : reads) out.push_back({v.buffer(), v.offset(), v.length()});

@@ -5,10 +5,11 @@
 // (cheaper to open, but a fault then stops every session on the device).
 //
 // Programs: cuda-ptx and cuda-cubin are loaded with cuModuleLoadDataEx, whose JIT error
-// log is returned as the diagnostics; cuda-c is compiled by NVRTC to PTX for the device's
-// architecture and cached by content like cpu-c. Launches and device graphs run on the
-// context's stream; a device graph is a CUDA graph whose kernel nodes have edges only
-// where access modes demand them, patched with cuGraphExecKernelNodeSetParams.
+// log is returned as the diagnostics; cuda-c is compiled by NVRTC to a cubin for the
+// device's architecture and cached by content like cpu-c. Launches and device graphs run
+// on the context's stream; a device graph is a CUDA graph whose kernel and memcpy nodes
+// have edges only where access modes demand them, patched with
+// cuGraphExecKernelNodeSetParams and cuGraphExecMemcpyNodeSetParams.
 #ifndef REPLAYD_DRIVERS_CUDA_CUDA_DRIVER_H_
 #define REPLAYD_DRIVERS_CUDA_CUDA_DRIVER_H_
 

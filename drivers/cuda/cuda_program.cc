@@ -9,9 +9,12 @@ absl::StatusOr<ModuleArtifact> BuildCudaModule(const ProgramSource& source, cons
                                                const std::string& arch) {
   if (source.format == "cuda-c") {
     if (!nvrtc) return absl::FailedPreconditionError("cuda-c needs NVRTC, which this daemon could not load");
-    absl::StatusOr<PtxProgram> ptx = nvrtc->CompileToPtx(source.code, source.entry, arch, source.options);
-    if (!ptx.ok()) return ptx.status();
-    return ModuleArtifact{ptx->lowered_entry, std::move(ptx->ptx)};
+    // Machine code for the device's own architecture: nothing to JIT at load, and a cubin
+    // loads on any driver of the toolkit's major version, where PTX needs the newer JIT.
+    absl::StatusOr<NvrtcModule> module =
+        nvrtc->Compile(source.code, source.entry, arch, source.options, NvrtcOutput::kCubin);
+    if (!module.ok()) return module.status();
+    return ModuleArtifact{module->lowered_entry, std::move(module->image)};
   }
   if (source.format != "cuda-ptx" && source.format != "cuda-cubin")
     return absl::InvalidArgumentError(absl::StrCat("format \"", source.format, "\" is not a CUDA format"));

@@ -1,5 +1,5 @@
 // What a CUDA device's Compile makes of a program source, without touching a GPU:
-// cuda-c compiled by NVRTC to PTX for the device's architecture, with the kernel's
+// cuda-c compiled by NVRTC to a cubin for the device's architecture, with the kernel's
 // lowered name; cuda-ptx and cuda-cubin checked for their form and passed on as they
 // are, to be loaded (and PTX JIT-compiled) by the driver at Load.
 #ifndef REPLAYD_DRIVERS_CUDA_CUDA_PROGRAM_H_

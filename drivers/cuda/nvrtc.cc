@@ -35,6 +35,8 @@ absl::StatusOr<std::unique_ptr<Nvrtc>> Nvrtc::Load() {
   REPLAYD_RESOLVE(nvrtcGetProgramLog)
   REPLAYD_RESOLVE(nvrtcGetPTXSize)
   REPLAYD_RESOLVE(nvrtcGetPTX)
+  REPLAYD_RESOLVE(nvrtcGetCUBINSize)
+  REPLAYD_RESOLVE(nvrtcGetCUBIN)
   REPLAYD_RESOLVE(nvrtcGetLoweredName)
 #undef REPLAYD_RESOLVE
   return n;
@@ -50,8 +52,8 @@ absl::Status Nvrtc::CheckOptions(const std::vector<std::string>& options) {
   return CheckCompileOptions(options, {"--use_fast_math", "-lineinfo", "--std=c++17", "--std=c++20"}, "cuda-c");
 }
 
-absl::StatusOr<PtxProgram> Nvrtc::CompileToPtx(const std::string& source, const std::string& entry,
-                                               const std::string& arch, const std::vector<std::string>& options) const {
+absl::StatusOr<NvrtcModule> Nvrtc::Compile(const std::string& source, const std::string& entry, const std::string& arch,
+                                           const std::vector<std::string>& options, NvrtcOutput output) const {
   if (absl::Status s = CheckOptions(options); !s.ok()) return s;
   if (!absl::StartsWith(arch, "sm_") || !IsIdentifier(arch))
     return absl::InvalidArgumentError(absl::StrCat("architecture \"", arch, "\" is not sm_NN"));
@@ -64,12 +66,13 @@ absl::StatusOr<PtxProgram> Nvrtc::CompileToPtx(const std::string& source, const 
     ~Destroy() { n->nvrtcDestroyProgram_(p); }
   } destroy{this, &prog};
   nvrtcAddNameExpression_(prog, entry.c_str());
-  std::vector<std::string> args = {absl::StrCat("--gpu-architecture=compute_", arch.substr(3))};
+  std::vector<std::string> args = {
+      absl::StrCat("--gpu-architecture=", output == NvrtcOutput::kPtx ? "compute_" : "sm_", arch.substr(3))};
   args.insert(args.end(), options.begin(), options.end());
   std::vector<const char*> argv;
   for (const std::string& a : args) argv.push_back(a.c_str());
   nvrtcResult compiled = nvrtcCompileProgram_(prog, static_cast<int>(argv.size()), argv.data());
-  PtxProgram out;
+  NvrtcModule out;
   size_t log_size = 0;
   nvrtcGetProgramLogSize_(prog, &log_size);
   if (log_size > 1) {
@@ -84,11 +87,17 @@ absl::StatusOr<PtxProgram> Nvrtc::CompileToPtx(const std::string& source, const 
   if (nvrtcGetLoweredName_(prog, entry.c_str(), &lowered) != NVRTC_SUCCESS || !lowered)
     return absl::InvalidArgumentError(absl::StrCat("cuda-c program has no kernel named ", entry));
   out.lowered_entry = lowered;
-  size_t ptx_size = 0;
-  nvrtcGetPTXSize_(prog, &ptx_size);
-  out.ptx.resize(ptx_size);
-  nvrtcGetPTX_(prog, out.ptx.data());
-  if (!out.ptx.empty() && out.ptx.back() == '\0') out.ptx.pop_back();
+  size_t size = 0;
+  if (output == NvrtcOutput::kCubin) {
+    nvrtcGetCUBINSize_(prog, &size);
+    out.image.resize(size);
+    nvrtcGetCUBIN_(prog, out.image.data());
+    return out;
+  }
+  nvrtcGetPTXSize_(prog, &size);
+  out.image.resize(size);
+  nvrtcGetPTX_(prog, out.image.data());
+  if (!out.image.empty() && out.image.back() == '\0') out.image.pop_back();
   return out;
 }
 

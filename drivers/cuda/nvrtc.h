@@ -1,6 +1,6 @@
 // NVRTC, loaded at run time (libnvrtc.so.13 from the CUDA toolkit, or libnvrtc.so): the
 // compiler for cuda-c programs. It needs no GPU, so cuda-c sources are checked and turned
-// into PTX on any machine that has the toolkit's runtime libraries.
+// into PTX or a cubin on any machine that has the toolkit's runtime libraries.
 //
 // Thread safety: thread-safe (NVRTC programs are independent).
 #ifndef REPLAYD_DRIVERS_CUDA_NVRTC_H_
@@ -16,9 +16,13 @@
 
 namespace replayd {
 
-struct PtxProgram {
-  std::string ptx;
-  std::string lowered_entry;  // the entry's name in the PTX (mangled unless extern "C")
+// What NVRTC makes: PTX for a virtual architecture (the driver JIT-compiles it at load),
+// or a cubin of machine code for one real architecture (loaded as it is).
+enum class NvrtcOutput { kPtx, kCubin };
+
+struct NvrtcModule {
+  std::string image;          // PTX text or a cubin ELF image
+  std::string lowered_entry;  // the entry's name in the module (mangled unless extern "C")
   std::string log;            // the compiler's warnings, if any
 };
 
@@ -31,13 +35,13 @@ class Nvrtc {
   // "13.0".
   std::string version() const;
 
-  // Compiles `source` for the virtual architecture of `arch` ("sm_90" -> compute_90) and
-  // returns its PTX and the lowered name of `entry`. INVALID_ARGUMENT carrying the
+  // Compiles `source` for `arch` ("sm_90": PTX for compute_90, or a cubin for sm_90) and
+  // returns the module and the lowered name of `entry`. INVALID_ARGUMENT carrying the
   // program log (with line numbers in "program.cu") on a compile error or an option
   // outside the allow-list (-DNAME[=VALUE], --use_fast_math, -lineinfo, --std=c++17,
   // --std=c++20).
-  absl::StatusOr<PtxProgram> CompileToPtx(const std::string& source, const std::string& entry, const std::string& arch,
-                                          const std::vector<std::string>& options) const;
+  absl::StatusOr<NvrtcModule> Compile(const std::string& source, const std::string& entry, const std::string& arch,
+                                      const std::vector<std::string>& options, NvrtcOutput output) const;
 
   static absl::Status CheckOptions(const std::vector<std::string>& options);
 
@@ -56,6 +60,8 @@ class Nvrtc {
   REPLAYD_NVRTC_ENTRY(nvrtcGetProgramLog)
   REPLAYD_NVRTC_ENTRY(nvrtcGetPTXSize)
   REPLAYD_NVRTC_ENTRY(nvrtcGetPTX)
+  REPLAYD_NVRTC_ENTRY(nvrtcGetCUBINSize)
+  REPLAYD_NVRTC_ENTRY(nvrtcGetCUBIN)
   REPLAYD_NVRTC_ENTRY(nvrtcGetLoweredName)
 #undef REPLAYD_NVRTC_ENTRY
 };

@@ -270,9 +270,9 @@ TEST_F(DependenciesTest, CopiesOfDisjointRangesOfOneParameterAreIndependent) {
 TEST_F(DependenciesTest, ACopyIsANodeThatAReplayPatches) {
   uint32_t p0 = AddSlot(SlotKind::kParameter, 256), p1 = AddSlot(SlotKind::kParameter, 256),
            c = AddSlot(SlotKind::kConstant, 256), x = AddSlot(SlotKind::kInternal, 256);
-  Copy(x, c, 0, 0, 128);  // 0: no parameter
+  Copy(x, c, 0, 0, 128);     // 0: no parameter
   Copy(p1, p0, 64, 0, 128);  // 1: parameters on both sides
-  Call(x, p0);            // 2
+  Call(x, p0);               // 2
   auto instance = GraphInstance::Create(graph_, "g", context_, {32});
   ASSERT_TRUE(instance.ok()) << instance.status();
   ASSERT_EQ(context_->batches.size(), 1u);

@@ -104,8 +104,7 @@ TEST_F(CopyTest, ABadCopyIsRefusedAndChangesNothing) {
       {"lengths differ", View{&b, 0, 8}, View{&a, 0, 16}, absl::StatusCode::kInvalidArgument, "one length"},
       {"overlap in one buffer", View{&a, 4, 64}, View{&a, 0, 64}, absl::StatusCode::kInvalidArgument, "overlapping"},
       {"source out of range", View{&b, 0, 8}, View{&a, kN * 4, 8}, absl::StatusCode::kInvalidArgument, "outside"},
-      {"destination too long", View{&b, 8, kN * 4}, View{&a, 0, kN * 4}, absl::StatusCode::kInvalidArgument,
-       "exceed"},
+      {"destination too long", View{&b, 8, kN * 4}, View{&a, 0, kN * 4}, absl::StatusCode::kInvalidArgument, "exceed"},
       {"no destination", View{nullptr}, View{&a}, absl::StatusCode::kNotFound, "destination"},
   };
   for (const Case& c : cases) {

@@ -189,10 +189,21 @@ class DeviceTest : public DaemonFixture, public ::testing::WithParamInterface<De
       // The client compiles to PTX itself, for the device's architecture.
       auto nvrtc = Nvrtc::Load();
       if (!nvrtc.ok()) return nvrtc.status();
-      auto ptx = (*nvrtc)->CompileToPtx(kGpuSource, "add", device_.architecture(), {});
+      auto ptx = (*nvrtc)->Compile(kGpuSource, "add", device_.architecture(), {}, NvrtcOutput::kPtx);
       if (!ptx.ok()) return ptx.status();
-      Kernels k = GpuKernels(format, ptx->ptx);
+      Kernels k = GpuKernels(format, ptx->image);
       k.broken_code = ".version 8.0\n.target " + device_.architecture() + "\n.address_size 64\n.visible .entry add(\n";
+      k.diagnostic = "does not load";
+      return k;
+    }
+    if (format == "cuda-cubin") {
+      // The client builds machine code for the device's architecture itself.
+      auto nvrtc = Nvrtc::Load();
+      if (!nvrtc.ok()) return nvrtc.status();
+      auto cubin = (*nvrtc)->Compile(kGpuSource, "add", device_.architecture(), {}, NvrtcOutput::kCubin);
+      if (!cubin.ok()) return cubin.status();
+      Kernels k = GpuKernels(format, cubin->image);
+      k.broken_code = cubin->image.substr(0, cubin->image.size() / 3);  // an ELF cut short
       k.diagnostic = "does not load";
       return k;
     }
@@ -429,8 +440,9 @@ TEST_P(DeviceTest, ClosingTheSessionGivesBackItsMemory) {
 
 INSTANTIATE_TEST_SUITE_P(Devices, DeviceTest,
                          ::testing::Values(DeviceCase{"cpu:0", "cpu-c"}, DeviceCase{"cuda:0", "cuda-c"},
-                                           DeviceCase{"cuda:0", "cuda-ptx"}, DeviceCase{"cuda:0", "cuda-c", true},
-                                           DeviceCase{"hip:0", "hip-c"}, DeviceCase{"hip:0", "hip-hsaco"}),
+                                           DeviceCase{"cuda:0", "cuda-ptx"}, DeviceCase{"cuda:0", "cuda-cubin"},
+                                           DeviceCase{"cuda:0", "cuda-c", true}, DeviceCase{"hip:0", "hip-c"},
+                                           DeviceCase{"hip:0", "hip-hsaco"}),
                          CaseName);
 
 }  // namespace

@@ -21,8 +21,8 @@ class RandomInputTest : public DaemonFixture {
   }
   uint64_t Size() { return Pick({0, 1, 3, 4, 64, 4096, 1ull << 20, 1ull << 40, 1ull << 62, ~0ull, rng_()}); }
   int64_t Int() {
-    return static_cast<int64_t>(Pick({0, 1, 2, 255, 256, 257, 0x7fffffffull, 0x80000000ull,
-                                      ~0ull, 1ull << 63, rng_()}));
+    return static_cast<int64_t>(
+        Pick({0, 1, 2, 255, 256, 257, 0x7fffffffull, 0x80000000ull, ~0ull, 1ull << 63, rng_()}));
   }
   uint64_t Handle(const std::vector<uint64_t>& valid) {
     if (!valid.empty() && rng_() % 3) return valid[rng_() % valid.size()];
@@ -31,11 +31,22 @@ class RandomInputTest : public DaemonFixture {
 
   void RandomExpr(v1::Expr* e, int depth) {
     switch (rng_() % (depth > 6 ? 3 : 5)) {
-      case 0: e->set_constant(Int()); break;
-      case 1: e->set_variable(Pick({0, 1}) ? "pos" : "nope"); break;
+      case 0:
+        e->set_constant(Int());
+        break;
+      case 1:
+        e->set_variable(Pick({0, 1}) ? "pos" : "nope");
+        break;
       case 2: {
-        static const char* texts[] = {"pos", "(pos+31)//32", "pos // (pos - 1)", "pos * 99999999999",
-                                      "min(pos,", "", "pos % 0", "max(pos, 3) - 2", "-pos"};
+        static const char* texts[] = {"pos",
+                                      "(pos+31)//32",
+                                      "pos // (pos - 1)",
+                                      "pos * 99999999999",
+                                      "min(pos,",
+                                      "",
+                                      "pos % 0",
+                                      "max(pos, 3) - 2",
+                                      "-pos"};
         e->set_text(texts[rng_() % 9]);
         break;
       }
@@ -57,9 +68,14 @@ class RandomInputTest : public DaemonFixture {
 
   void RandomArg(v1::Arg* a, const std::vector<uint64_t>& buffers) {
     switch (rng_() % 4) {
-      case 0: a->set_int_value(Int()); break;
-      case 1: RandomExpr(a->mutable_expr(), 0); break;
-      case 2: break;  // no value
+      case 0:
+        a->set_int_value(Int());
+        break;
+      case 1:
+        RandomExpr(a->mutable_expr(), 0);
+        break;
+      case 2:
+        break;  // no value
       default:
         a->mutable_view()->set_buffer(Handle(buffers));
         a->mutable_view()->set_offset(Size() % 8192);
@@ -70,13 +86,13 @@ class RandomInputTest : public DaemonFixture {
   std::mt19937_64 rng_{1234};
 };
 
-#define EXPECT_USABLE(status)                                                             \
-  do {                                                                                    \
-    grpc::Status s_ = (status);                                                           \
-    ++codes[s_.error_code()];                                                             \
-    EXPECT_NE(s_.error_code(), grpc::StatusCode::INTERNAL) << s_.error_message();         \
-    EXPECT_NE(s_.error_code(), grpc::StatusCode::UNKNOWN) << s_.error_message();          \
-    EXPECT_NE(s_.error_code(), grpc::StatusCode::UNAVAILABLE) << "the daemon went away";  \
+#define EXPECT_USABLE(status)                                                            \
+  do {                                                                                   \
+    grpc::Status s_ = (status);                                                          \
+    ++codes[s_.error_code()];                                                            \
+    EXPECT_NE(s_.error_code(), grpc::StatusCode::INTERNAL) << s_.error_message();        \
+    EXPECT_NE(s_.error_code(), grpc::StatusCode::UNKNOWN) << s_.error_message();         \
+    EXPECT_NE(s_.error_code(), grpc::StatusCode::UNAVAILABLE) << "the daemon went away"; \
   } while (0)
 
 TEST_F(RandomInputTest, TheDaemonAnswersEveryMalformedRequestAndLeaksNothing) {
@@ -102,8 +118,10 @@ TEST_F(RandomInputTest, TheDaemonAnswersEveryMalformedRequestAndLeaksNothing) {
           r.set_program(Handle(programs));
           for (int a = rng_() % 7; a > 0; --a) RandomArg(r.add_args(), buffers);
           for (int d = rng_() % 4; d > 0; --d) {
-            if (rng_() % 2) r.add_global(Size() % 100000);
-            else RandomExpr(r.add_global_expr(), 0);
+            if (rng_() % 2)
+              r.add_global(Size() % 100000);
+            else
+              RandomExpr(r.add_global_expr(), 0);
           }
           if (rng_() % 3 == 0) r.add_local(Size() % 4);
           for (int v = rng_() % 3; v > 0; --v) {
@@ -162,9 +180,12 @@ TEST_F(RandomInputTest, TheDaemonAnswersEveryMalformedRequestAndLeaksNothing) {
           r.set_session(s.id());
           r.set_graph(Handle(graphs));
           for (int p = rng_() % 5; p > 0; --p) {
-            if (rng_() % 2) r.add_params()->set_buffer(Handle(buffers));
-            else if (rng_() % 4) r.add_params()->set_int_value(Int() % 600);
-            else r.add_params();
+            if (rng_() % 2)
+              r.add_params()->set_buffer(Handle(buffers));
+            else if (rng_() % 4)
+              r.add_params()->set_int_value(Int() % 600);
+            else
+              r.add_params();
           }
           for (int k = rng_() % 3; k > 0; --k) {
             auto* v = r.add_reads();

@@ -5,7 +5,6 @@
 #include <thread>
 
 #include "absl/strings/str_cat.h"
-
 #include "tests/integration/daemon_fixture.h"
 
 namespace replayd::client {
@@ -99,7 +98,7 @@ TEST_P(StreamTest, MoreThanTheWindowOutstandingAllCompleteInOrder) {
   ASSERT_TRUE(g.ok() && s->WriteVector(*x, std::vector<int64_t>{0}).ok());
   std::vector<std::future<absl::StatusOr<ReplayResult>>> futures;
   int64_t expect = 0;
-  for (int64_t i = 0; i < 60; ++i) {  // 60 doublings stay inside int64
+  for (int64_t i = 0; i < 60; ++i) {                          // 60 doublings stay inside int64
     futures.push_back(s->ReplayAsync(*g, {&*x, 1 + i % 3}));  // blocks past 4 outstanding
     expect = expect * 2 + 1 + i % 3;
   }

@@ -11,44 +11,63 @@ namespace {
 
 using ::testing::HasSubstr;
 
-TEST_F(NvrtcTest, CompilesCudaCToPtxForSm90) {
-  auto ptx = nvrtc_->CompileToPtx(R"(
+constexpr char kScale[] = R"(
 extern "C" __global__ void scale(float *x, int n, float k) {
   int i = blockIdx.x * blockDim.x + threadIdx.x;
   if (i < n) x[i] *= k;
-})",
-                                  "scale", "sm_90", {"-DUNUSED=1"});
+})";
+
+TEST_F(NvrtcTest, CompilesCudaCToPtxForSm90) {
+  auto ptx = nvrtc_->Compile(kScale, "scale", "sm_90", {"-DUNUSED=1"}, NvrtcOutput::kPtx);
   ASSERT_TRUE(ptx.ok()) << ptx.status();
-  EXPECT_THAT(ptx->ptx, HasSubstr(".target sm_90"));
-  EXPECT_THAT(ptx->ptx, HasSubstr(".entry scale("));
+  EXPECT_THAT(ptx->image, HasSubstr(".target sm_90"));
+  EXPECT_THAT(ptx->image, HasSubstr(".entry scale("));
   EXPECT_EQ(ptx->lowered_entry, "scale");
   EXPECT_FALSE(nvrtc_->version().empty());
 }
 
+TEST_F(NvrtcTest, CompilesCudaCToACubinForSm90) {
+  auto cubin = nvrtc_->Compile(kScale, "scale", "sm_90", {}, NvrtcOutput::kCubin);
+  ASSERT_TRUE(cubin.ok()) << cubin.status();
+  EXPECT_EQ(cubin->lowered_entry, "scale");
+  ASSERT_GT(cubin->image.size(), 64u);
+  EXPECT_EQ(cubin->image.substr(0, 4),
+            "\x7f"
+            "ELF");
+  uint16_t machine = 0;
+  std::memcpy(&machine, cubin->image.data() + 18, 2);
+  EXPECT_EQ(machine, 190) << "EM_CUDA";
+  EXPECT_THAT(cubin->image, HasSubstr("scale"));
+}
+
 TEST_F(NvrtcTest, ACppKernelGetsItsLoweredName) {
-  auto ptx =
-      nvrtc_->CompileToPtx("__global__ void add(float *a, const float *b) { a[0] += b[0]; }", "add", "sm_90", {});
+  auto ptx = nvrtc_->Compile("__global__ void add(float *a, const float *b) { a[0] += b[0]; }", "add", "sm_90", {},
+                             NvrtcOutput::kPtx);
   ASSERT_TRUE(ptx.ok()) << ptx.status();
   EXPECT_NE(ptx->lowered_entry, "add");  // mangled
-  EXPECT_THAT(ptx->ptx, HasSubstr(ptx->lowered_entry));
+  EXPECT_THAT(ptx->image, HasSubstr(ptx->lowered_entry));
 }
 
 TEST_F(NvrtcTest, ABrokenSourceReturnsItsDiagnostics) {
-  auto ptx = nvrtc_->CompileToPtx("extern \"C\" __global__ void k(float *x) {\n  x[0] = nope;\n}\n", "k", "sm_90", {});
+  auto ptx = nvrtc_->Compile("extern \"C\" __global__ void k(float *x) {\n  x[0] = nope;\n}\n", "k", "sm_90", {},
+                             NvrtcOutput::kPtx);
   EXPECT_EQ(ptx.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(std::string(ptx.status().message()), HasSubstr("program.cu(2)"));
   EXPECT_THAT(std::string(ptx.status().message()), HasSubstr("nope"));
 }
 
 TEST_F(NvrtcTest, AMissingEntryAndBadOptionsAreRefused) {
-  EXPECT_EQ(nvrtc_->CompileToPtx("extern \"C\" __global__ void k() {}", "other", "sm_90", {}).status().code(),
-            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(
+      nvrtc_->Compile("extern \"C\" __global__ void k() {}", "other", "sm_90", {}, NvrtcOutput::kPtx).status().code(),
+      absl::StatusCode::kInvalidArgument);
   for (std::string bad : {"--include-path=/etc", "-I/etc", "--pre-include=/etc/passwd", "-DA;B"})
-    EXPECT_EQ(nvrtc_->CompileToPtx("extern \"C\" __global__ void k() {}", "k", "sm_90", {bad}).status().code(),
-              absl::StatusCode::kInvalidArgument)
+    EXPECT_EQ(
+        nvrtc_->Compile("extern \"C\" __global__ void k() {}", "k", "sm_90", {bad}, NvrtcOutput::kPtx).status().code(),
+        absl::StatusCode::kInvalidArgument)
         << bad;
-  EXPECT_EQ(nvrtc_->CompileToPtx("extern \"C\" __global__ void k() {}", "k", "90; rm", {}).status().code(),
-            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(
+      nvrtc_->Compile("extern \"C\" __global__ void k() {}", "k", "90; rm", {}, NvrtcOutput::kPtx).status().code(),
+      absl::StatusCode::kInvalidArgument);
 }
 
 TEST(CudaLibraryTest, LoadsOrSaysWhyNot) {
