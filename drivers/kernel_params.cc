@@ -9,7 +9,11 @@ size_t SizeOf(ParamKind kind) { return kind == ParamKind::kInt32 ? 4 : 8; }
 
 }  // namespace
 
-KernelParams::KernelParams(const Signature& signature) {
+void KernelParams::Layout(const Signature& signature) {
+  kinds_.clear();
+  offsets_.clear();
+  pointers_.clear();
+  size_ = 0;
   for (const Param& p : signature.params) {
     const size_t size = SizeOf(p.kind);
     size_ = (size_ + size - 1) / size * size;

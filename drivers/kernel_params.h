@@ -16,9 +16,14 @@ namespace replayd {
 
 class KernelParams {
  public:
-  explicit KernelParams(const Signature& signature);
+  KernelParams() = default;  // no arguments until Layout
+  explicit KernelParams(const Signature& signature) { Layout(signature); }
   KernelParams(const KernelParams&) = delete;  // pointers() points into this object
   KernelParams& operator=(const KernelParams&) = delete;
+
+  // Lays the block out for `signature`, zeroed, reusing the storage it has: an eager
+  // launch packs into one thread's KernelParams without allocating once it has grown.
+  void Layout(const Signature& signature);
 
   // Writes `args` (one per signature param, checked by the caller) into the block. True
   // when a byte changed, so a device graph skips patching a node whose values are the same.

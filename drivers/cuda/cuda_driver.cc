@@ -485,7 +485,9 @@ absl::StatusOr<std::unique_ptr<Kernel>> CudaContext::Load(const ProgramSource& s
 
 absl::StatusOr<std::optional<absl::Duration>> CudaContext::Launch(const Kernel& kernel, std::span<const ArgValue> args,
                                                                   const Dim3& global, const Dim3& local, bool wait) {
-  KernelParams params(kernel.signature());
+  // The driver copies the arguments at the launch call, so one block per thread serves.
+  thread_local KernelParams params;
+  params.Layout(kernel.signature());
   params.Pack(args);
   const CUfunction f = static_cast<const CudaKernel&>(kernel).function();
   return Timed(wait, [&] {

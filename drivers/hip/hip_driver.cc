@@ -479,7 +479,9 @@ absl::StatusOr<std::unique_ptr<Kernel>> HipContext::Load(const ProgramSource& so
 
 absl::StatusOr<std::optional<absl::Duration>> HipContext::Launch(const Kernel& kernel, std::span<const ArgValue> args,
                                                                  const Dim3& global, const Dim3& local, bool wait) {
-  KernelParams params(kernel.signature());
+  // The driver copies the arguments at the launch call, so one block per thread serves.
+  thread_local KernelParams params;
+  params.Layout(kernel.signature());
   params.Pack(args);
   const hipFunction_t f = static_cast<const HipKernel&>(kernel).function();
   return Timed(wait, [&] { return LaunchNode(f, global, local, params); });

@@ -64,6 +64,33 @@ TEST(KernelParamsTest, PackSaysWhetherAnyValueChanged) {
   EXPECT_TRUE(p.Pack(args));
 }
 
+TEST(KernelParamsTest, LayoutReusesOneBlockForAnotherSignature) {
+  KernelParams p;
+  EXPECT_EQ(p.size(), 0u);
+  p.Layout(Sig({ParamKind::kBuffer, ParamKind::kInt64, ParamKind::kInt64}));
+  ArgValue wide[3];
+  wide[0].address = 0x1000;
+  wide[1].integer = -1;
+  wide[2].integer = -1;
+  p.Pack(wide);
+  // A smaller signature afterwards: fresh offsets, a zeroed block, pointers into it.
+  p.Layout(Sig({ParamKind::kInt32, ParamKind::kBuffer}));
+  EXPECT_EQ(p.size(), 16u);
+  EXPECT_EQ(p.offset(1), 8u);
+  for (uint8_t b : p.block()) EXPECT_EQ(b, 0);
+  ArgValue narrow[2];
+  narrow[0].integer = 9;
+  narrow[1].address = 0x2000;
+  EXPECT_TRUE(p.Pack(narrow));
+  int32_t i32;
+  uint64_t address;
+  std::memcpy(&i32, p.pointers()[0], 4);
+  std::memcpy(&address, p.pointers()[1], 8);
+  EXPECT_EQ(i32, 9);
+  EXPECT_EQ(address, 0x2000u);
+  for (int i = 0; i < 2; ++i) EXPECT_EQ(static_cast<uint8_t*>(p.pointers()[i]), p.block().data() + p.offset(i));
+}
+
 TEST(KernelParamsTest, EmptySignature) {
   KernelParams p(Signature{});
   EXPECT_EQ(p.size(), 0u);
