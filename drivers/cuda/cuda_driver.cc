@@ -13,6 +13,7 @@
 #include "drivers/device_memory.h"
 #include "drivers/kernel_params.h"
 #include "drivers/module_artifact.h"
+#include "drivers/shared_fault.h"
 #include "drivers/staging.h"
 
 namespace replayd {
@@ -164,6 +165,11 @@ class CudaDevice : public Device {
   const CudaLibrary& cu() const { return *cu_; }
   DeviceMemory& memory() { return memory_; }
   const CudaDriverOptions& options() const { return options_; }
+  // The primary context's fault: every session in it shares it.
+  SharedFault& primary_fault() { return primary_fault_; }
+  // A session in the primary context has closed: the last one out of a faulted primary
+  // context releases it, so the next session gets a new one.
+  void LeavePrimary();
 
  private:
   const std::shared_ptr<CudaLibrary> cu_;
@@ -175,6 +181,7 @@ class CudaDevice : public Device {
   DeviceMemory memory_;
   absl::Mutex mu_;
   CUcontext primary_ ABSL_GUARDED_BY(mu_) = nullptr;
+  SharedFault primary_fault_;
   uint64_t next_context_ ABSL_GUARDED_BY(mu_) = 1;
 };
 
@@ -350,10 +357,16 @@ CudaContext::~CudaContext() {
       if (e) cu.cuEventDestroy(e);
     if (stream_) cu.cuStreamDestroy(stream_);
   }
-  if (owns_ctx_) cu.cuCtxDestroy(ctx_);
+  if (owns_ctx_) {
+    cu.cuCtxDestroy(ctx_);
+  } else {
+    device_->LeavePrimary();
+  }
 }
 
 absl::Status CudaContext::Fault() const {
+  if (!owns_ctx_)
+    if (absl::Status s = device_->primary_fault().fault(); !s.ok()) return s;
   absl::MutexLock lock(&fault_mu_);
   return fault_;
 }
@@ -369,6 +382,10 @@ absl::Status CudaContext::Check(CUresult r, absl::string_view what) {
   const std::string& id = device_->info().id;
   const DeviceErrorKind kind = Classify(r);
   if (kind != DeviceErrorKind::kFault) return DeviceError(kind, id, what, text);
+  if (!owns_ctx_)
+    return device_->primary_fault().Fail(absl::FailedPreconditionError(
+        absl::StrCat(id, ": a kernel fault lost the primary context, which every session on the device shares (", what,
+                     ": ", text, "); close the session")));
   absl::MutexLock lock(&fault_mu_);
   if (fault_.ok())
     fault_ = absl::FailedPreconditionError(
@@ -532,24 +549,40 @@ absl::Status CudaDevice::Compile(const ProgramSource& source, const std::filesys
   return WriteModuleArtifact(*artifact, output);
 }
 
+void CudaDevice::LeavePrimary() {
+  primary_fault_.Leave([this] {
+    absl::MutexLock lock(&mu_);
+    if (primary_) cu_->cuDevicePrimaryCtxRelease(dev_);  // its last use: destroyed
+    primary_ = nullptr;
+  });
+}
+
 absl::StatusOr<std::unique_ptr<Context>> CudaDevice::OpenContext() {
+  const bool primary = options_.context == CudaContextPolicy::kPrimary;
   CUcontext ctx = nullptr;
   uint64_t id = 0;
+  CUresult r = CUDA_SUCCESS;
+  if (primary)
+    if (absl::Status s = primary_fault_.Join(); !s.ok()) return s;
   {
     absl::MutexLock lock(&mu_);
     id = next_context_++;
-    if (options_.context == CudaContextPolicy::kPrimary) {
-      if (!primary_)
-        if (CUresult r = cu_->cuDevicePrimaryCtxRetain(&primary_, dev_); r != CUDA_SUCCESS)
-          return absl::UnavailableError(absl::StrCat(info_.id, ": cuDevicePrimaryCtxRetain: ", cu_->ErrorText(r)));
-      ctx = primary_;
-    } else if (CUresult r = cu_->cuCtxCreate(&ctx, nullptr, CU_CTX_SCHED_AUTO, dev_); r != CUDA_SUCCESS) {
-      if (r == CUDA_ERROR_OUT_OF_MEMORY)
-        return absl::ResourceExhaustedError(absl::StrCat(info_.id, ": cuCtxCreate: ", cu_->ErrorText(r)));
-      return absl::UnavailableError(absl::StrCat(info_.id, ": cuCtxCreate: ", cu_->ErrorText(r)));
+    if (!primary) {
+      r = cu_->cuCtxCreate(&ctx, nullptr, CU_CTX_SCHED_AUTO, dev_);
+    } else if (!primary_ && (r = cu_->cuDevicePrimaryCtxRetain(&primary_, dev_)) != CUDA_SUCCESS) {
+      primary_ = nullptr;
     }
+    if (primary) ctx = primary_;
   }
-  auto context = std::make_unique<CudaContext>(this, ctx, options_.context == CudaContextPolicy::kSession, id);
+  if (r != CUDA_SUCCESS) {
+    if (primary) LeavePrimary();
+    const std::string why =
+        absl::StrCat(info_.id, primary ? ": cuDevicePrimaryCtxRetain: " : ": cuCtxCreate: ", cu_->ErrorText(r));
+    if (r == CUDA_ERROR_OUT_OF_MEMORY) return absl::ResourceExhaustedError(why);
+    return absl::UnavailableError(why);
+  }
+  // From here the context's destructor leaves the primary context.
+  auto context = std::make_unique<CudaContext>(this, ctx, !primary, id);
   if (absl::Status s = context->Open(); !s.ok()) return s;
   return context;
 }

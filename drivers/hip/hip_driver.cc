@@ -12,6 +12,7 @@
 #include "drivers/hip/hip_program.h"
 #include "drivers/kernel_params.h"
 #include "drivers/module_artifact.h"
+#include "drivers/shared_fault.h"
 #include "drivers/staging.h"
 
 namespace replayd {
@@ -145,11 +146,13 @@ class HipDevice : public Device {
     return WriteModuleArtifact(*artifact, output);
   }
   absl::StatusOr<std::unique_ptr<Context>> OpenContext() override {
+    if (absl::Status s = fault_.Join(); !s.ok()) return s;
     uint64_t id;
     {
       absl::MutexLock lock(&mu_);
       id = next_context_++;
     }
+    // From here the context's destructor leaves the device.
     auto context = std::make_unique<HipContext>(this, id);
     if (absl::Status s = context->Open(); !s.ok()) return s;
     return context;
@@ -162,16 +165,16 @@ class HipDevice : public Device {
   const HipDriverOptions& options() const { return options_; }
 
   // The device's fault: sessions share its address space, so one fault is every session's.
-  absl::Status fault() const {
-    absl::MutexLock lock(&mu_);
-    return fault_;
-  }
+  absl::Status fault() const { return fault_.fault(); }
   absl::Status Fail(absl::string_view what, const std::string& text) {
-    absl::MutexLock lock(&mu_);
-    if (fault_.ok())
-      fault_ = absl::FailedPreconditionError(
-          absl::StrCat(d_.info.id, ": a kernel fault lost the device's state (", what, ": ", text, ")"));
-    return fault_;
+    return fault_.Fail(absl::FailedPreconditionError(absl::StrCat(
+        d_.info.id, ": a kernel fault lost the device's state (", what, ": ", text, "); close the session")));
+  }
+  // A session has closed: the last one out of a faulted device resets it.
+  void Leave() {
+    fault_.Leave([this] {
+      if (hip_->hipSetDevice(d_.ordinal) == hipSuccess) (void)hip_->hipDeviceReset();
+    });
   }
 
  private:
@@ -181,7 +184,7 @@ class HipDevice : public Device {
   DeviceMemory memory_;
   mutable absl::Mutex mu_;
   uint64_t next_context_ ABSL_GUARDED_BY(mu_) = 1;
-  absl::Status fault_ ABSL_GUARDED_BY(mu_);
+  SharedFault fault_;
 };
 
 class HipKernel : public Kernel {
@@ -344,16 +347,18 @@ absl::Status HipContext::Open() {
 
 HipContext::~HipContext() {
   const HipLibrary& hip = device_->hip();
-  if (hip.hipSetDevice(device_->ordinal()) != hipSuccess) return;
-  if (stream_) (void)hip.hipStreamSynchronize(stream_);
-  absl::MutexLock lock(&staging_mu_);
-  for (int i = 0; i < 2; ++i) {
-    if (staging_[i]) (void)hip.hipHostFree(staging_[i]);
-    if (staged_[i]) (void)hip.hipEventDestroy(staged_[i]);
+  if (hip.hipSetDevice(device_->ordinal()) == hipSuccess) {
+    if (stream_) (void)hip.hipStreamSynchronize(stream_);
+    absl::MutexLock lock(&staging_mu_);
+    for (int i = 0; i < 2; ++i) {
+      if (staging_[i]) (void)hip.hipHostFree(staging_[i]);
+      if (staged_[i]) (void)hip.hipEventDestroy(staged_[i]);
+    }
+    for (hipEvent_t e : {start_, stop_})
+      if (e) (void)hip.hipEventDestroy(e);
+    if (stream_) (void)hip.hipStreamDestroy(stream_);
   }
-  for (hipEvent_t e : {start_, stop_})
-    if (e) (void)hip.hipEventDestroy(e);
-  if (stream_) (void)hip.hipStreamDestroy(stream_);
+  device_->Leave();
 }
 
 absl::Status HipContext::Bind() {

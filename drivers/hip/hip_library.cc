@@ -40,6 +40,7 @@ absl::StatusOr<std::unique_ptr<HipLibrary>> HipLibrary::Load() {
   REPLAYD_RESOLVE(hipDeviceGetAttribute)
   REPLAYD_RESOLVE(hipDeviceTotalMem)
   REPLAYD_RESOLVE(hipSetDevice)
+  REPLAYD_RESOLVE(hipDeviceReset)
   REPLAYD_RESOLVE(hipStreamCreateWithFlags)
   REPLAYD_RESOLVE(hipStreamDestroy)
   REPLAYD_RESOLVE(hipStreamSynchronize)

@@ -40,6 +40,7 @@ class HipLibrary {
   REPLAYD_HIP_ENTRY(hipDeviceGetAttribute)
   REPLAYD_HIP_ENTRY(hipDeviceTotalMem)
   REPLAYD_HIP_ENTRY(hipSetDevice)
+  REPLAYD_HIP_ENTRY(hipDeviceReset)
   REPLAYD_HIP_ENTRY(hipStreamCreateWithFlags)
   REPLAYD_HIP_ENTRY(hipStreamDestroy)
   REPLAYD_HIP_ENTRY(hipStreamSynchronize)

@@ -4,6 +4,7 @@
 #include <gmock/gmock.h>
 
 #include <random>
+#include <thread>
 
 #include "absl/strings/str_split.h"
 #include "tests/integration/daemon_fixture.h"
@@ -421,6 +422,45 @@ TEST_P(DeviceTest, AFaultingKernelFailsOnlyItsSession) {
   // Another session on the same device computes as before, while the faulted one is open.
   std::unique_ptr<Session> faulted = std::move(session_);
   session_ = std::make_unique<Session>(std::move(*other));
+  Program add = Load(kernels_.add);
+  Buffer a = Alloc(kN * 4), out = Alloc(kN * 4);
+  ASSERT_TRUE(session_->WriteVector(a, std::vector<float>(kN, 1.5f)).ok());
+  ASSERT_TRUE(session_->Launch(add, Over({View{&out}, View{&a}, View{&a}, Expr{"n"}}, kN)).ok());
+  EXPECT_EQ(ReadFloats(out, kN), std::vector<float>(kN, 3.0f));
+}
+
+// In a context every session shares (CUDA's primary context), a fault fails them all;
+// new sessions are refused until the last has closed, and then the device serves again.
+TEST_P(DeviceTest, AFaultInASharedContextFailsEverySessionUntilAllHaveClosed) {
+  if (!kernels_.no_fault_test.empty()) GTEST_SKIP() << kernels_.no_fault_test;
+  if (!GetParam().primary_context) GTEST_SKIP() << "each session has a context of its own";
+  auto other = client_->OpenSession(device_.id());
+  ASSERT_TRUE(other.ok()) << other.status();
+  {
+    auto theirs = other->Alloc(64);
+    ASSERT_TRUE(theirs.ok());
+    Buffer mine = Alloc(64);
+    Program fault = Load(kernels_.fault);
+    LaunchSpec spec;
+    spec.args = {View{&mine}};
+    spec.wait = true;
+    EXPECT_FALSE(session_->Launch(fault, spec).ok());
+    auto read = other->ReadVector<float>(*theirs, 1);
+    EXPECT_EQ(read.status().code(), absl::StatusCode::kFailedPrecondition) << read.status();
+    EXPECT_THAT(std::string(read.status().message()), HasSubstr("primary context"));
+    auto refused = client_->OpenSession(device_.id());
+    EXPECT_EQ(refused.status().code(), absl::StatusCode::kUnavailable) << refused.status();
+  }
+  session_.reset();
+  other = absl::UnavailableError("closed");
+  // The daemon drops a closed session's context once its last request is done.
+  absl::StatusOr<Session> fresh = absl::UnavailableError("not opened");
+  for (int i = 0; i < 100 && !fresh.ok(); ++i) {
+    fresh = client_->OpenSession(device_.id());
+    if (!fresh.ok()) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  ASSERT_TRUE(fresh.ok()) << fresh.status();
+  session_ = std::make_unique<Session>(std::move(*fresh));
   Program add = Load(kernels_.add);
   Buffer a = Alloc(kN * 4), out = Alloc(kN * 4);
   ASSERT_TRUE(session_->WriteVector(a, std::vector<float>(kN, 1.5f)).ok());
