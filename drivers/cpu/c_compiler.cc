@@ -127,7 +127,7 @@ absl::Status CCompiler::Compile(const ProgramSource& source,
     out << source.code << GenerateTrampoline(source.entry, source.signature);
     if (!out) return absl::InternalError(absl::StrCat("cannot write ", c_file.string()));
   }
-  std::vector<std::string> argv = {options_.compiler, "-std=gnu11", "-O2", "-fPIC",
+  std::vector<std::string> argv = {options_.compiler, "-std=gnu11", kOptimization, "-fPIC",
                                    "-shared", "-pthread", "-fvisibility=hidden",
                                    "-Werror=implicit-function-declaration",
                                    "-Werror=int-conversion",

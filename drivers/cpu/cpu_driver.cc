@@ -40,6 +40,20 @@ std::string CpuModelName() {
   return "host cpu";
 }
 
+// The host CPU's instruction set extensions, as a short stable tag: a kernel compiled with
+// -march=native runs only where they are the same, so they enter every compile key.
+std::string CpuFeatureTag() {
+  std::ifstream in("/proc/cpuinfo");
+  std::string line;
+  while (std::getline(in, line)) {
+    if (!absl::StartsWith(line, "flags")) continue;
+    uint64_t h = 14695981039346656037ull;  // FNV-1a
+    for (unsigned char c : line) h = (h ^ c) * 1099511628211ull;
+    return absl::StrCat("cpu-", absl::Hex(h, absl::kZeroPad16));
+  }
+  return "cpu-unknown";
+}
+
 uint64_t PhysicalMemory() {
   long pages = sysconf(_SC_PHYS_PAGES);
   long page = sysconf(_SC_PAGESIZE);
@@ -228,7 +242,7 @@ CpuDevice::CpuDevice(CpuDriverOptions options)
   info_.limits.max_args = 64;
   info_.formats = {"cpu-c"};
   info_.driver_version = compiler_.Identify();
-  info_.target = info_.driver_version;
+  info_.target = absl::StrCat(info_.driver_version, " ", CCompiler::kOptimization, " ", CpuFeatureTag());
   struct utsname host;
   info_.architecture = uname(&host) == 0 ? host.machine : "unknown";
 }

@@ -1,6 +1,6 @@
 #include "drivers/cpu/cpu_driver.h"
 
-#include <gtest/gtest.h>
+#include <gmock/gmock.h>
 
 #include <fstream>
 
@@ -43,6 +43,18 @@ TEST_F(CpuDriverTest, ReportsItselfAsCpu0) {
   EXPECT_EQ(info.formats, std::vector<std::string>{"cpu-c"});
   EXPECT_FALSE(info.driver_version.empty());
   EXPECT_EQ(info.limits.max_local_total, 1u);
+}
+
+// Everything an artifact depends on enters its compile key through the target: the
+// compiler, the default optimization, and the CPU's extensions (for -march=native).
+TEST_F(CpuDriverTest, TheCompileTargetNamesTheCompilerItsFlagsAndTheCpu) {
+  const DeviceInfo& info = device_->info();
+  EXPECT_EQ(info.target.rfind(info.driver_version, 0), 0u) << info.target;
+  EXPECT_THAT(info.target, ::testing::HasSubstr(" -O3 "));
+  EXPECT_THAT(info.target, ::testing::ContainsRegex("cpu-[0-9a-f]{16}$"));
+  CpuDriverOptions options;
+  options.threads = 1;
+  EXPECT_EQ(CpuDevice(options).info().target, info.target) << "stable across devices of one host";
 }
 
 TEST_F(CpuDriverTest, AllocationsAreZeroedAlignedAndAccounted) {
