@@ -2,6 +2,7 @@
 
 #include <google/protobuf/arena.h>
 
+#include <chrono>
 #include <deque>
 #include <memory>
 #include <thread>
@@ -165,10 +166,24 @@ class StreamRunner {
   uint64_t failed_seq_ = 0;
 };
 
-// Requests read ahead of execution, at most `window` of them.
+// A Read that returns sooner found its request already received: the client is pipelining.
+constexpr std::chrono::microseconds kPipelinedRead(20);
+
+// Requests read ahead of execution, at most `window` of them, and which thread runs the
+// next one. The executor runs what was read ahead; a request read while the executor is
+// idle and nothing waits runs at once on the reading thread, so a lone round trip pays no
+// thread hop. One operation runs at a time either way, in the order read.
 class ReadAhead {
  public:
   explicit ReadAhead(size_t window) : window_(window) {}
+  // True when the reading thread may run its request now: nothing is queued or running.
+  // It then holds the turn until Done.
+  bool TryRunHere() {
+    absl::MutexLock lock(&mu_);
+    if (stopped_ || running_ || !queue_.empty()) return false;
+    running_ = true;
+    return true;
+  }
   // False once the consumer has stopped.
   bool Push(std::unique_ptr<v1::SessionRequest> r) {
     absl::MutexLock lock(&mu_);
@@ -178,15 +193,23 @@ class ReadAhead {
     queue_.push_back(std::move(r));
     return true;
   }
-  // Null once the producer has finished and the queue is empty.
+  // The next request, holding the turn until Done; null once the producer has finished
+  // and the queue is empty, or the stream has stopped.
   std::unique_ptr<v1::SessionRequest> Pop() {
     absl::MutexLock lock(&mu_);
-    auto ready = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return finished_ || !queue_.empty(); };
+    auto ready = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+      return stopped_ || (!running_ && (finished_ || !queue_.empty()));
+    };
     mu_.Await(absl::Condition(&ready));
-    if (queue_.empty()) return nullptr;
+    if (stopped_ || queue_.empty()) return nullptr;
     std::unique_ptr<v1::SessionRequest> r = std::move(queue_.front());
     queue_.pop_front();
+    running_ = true;
     return r;
+  }
+  void Done() {
+    absl::MutexLock lock(&mu_);
+    running_ = false;
   }
   void Finish() {
     absl::MutexLock lock(&mu_);
@@ -207,6 +230,7 @@ class ReadAhead {
   const size_t window_;
   absl::Mutex mu_;
   std::deque<std::unique_ptr<v1::SessionRequest>> queue_ ABSL_GUARDED_BY(mu_);
+  bool running_ ABSL_GUARDED_BY(mu_) = false;  // an operation holds the turn
   bool finished_ ABSL_GUARDED_BY(mu_) = false;
   bool stopped_ ABSL_GUARDED_BY(mu_) = false;
 };
@@ -228,30 +252,43 @@ grpc::Status ServeSessionStream(Engine& engine, absl::string_view tenant, size_t
     return grpc::Status::OK;
   }
   ReadAhead ahead(window);
-  std::thread reader([&] {
-    for (;;) {
-      auto request = std::make_unique<v1::SessionRequest>();
-      if (!stream->Read(request.get()) || !ahead.Push(std::move(request))) break;
+  // Runs one operation holding the turn and answers it; false when the stream is done for.
+  auto run = [&](const v1::SessionRequest& request) {
+    bool ok = !context->IsCancelled();
+    if (ok) {
+      runner.Handle(request, reply);
+      // With more requests read, the transport may hold this reply and send it with the
+      // next; the reply to the last request read is sent at once.
+      grpc::WriteOptions options;
+      if (ahead.HasMore()) options.set_buffer_hint();
+      ok = stream->Write(reply, options) && !context->IsCancelled();
     }
-    ahead.Finish();
-  });
-  while (std::unique_ptr<v1::SessionRequest> request = ahead.Pop()) {
-    if (context->IsCancelled()) {
-      ahead.Stop();
-      break;
-    }
-    runner.Handle(*request, reply);
-    // With more requests read, the transport may hold this reply and send it with the
-    // next; the reply to the last request read is sent at once.
-    grpc::WriteOptions options;
-    if (ahead.HasMore()) options.set_buffer_hint();
-    if (!stream->Write(reply, options) || context->IsCancelled()) {
+    if (!ok) {
       // Nothing more of this stream runs: drop what was read ahead, unblock the reader.
       ahead.Stop();
       context->TryCancel();
-      break;
     }
-  }
+    ahead.Done();
+    return ok;
+  };
+  std::thread reader([&] {
+    for (;;) {
+      auto request = std::make_unique<v1::SessionRequest>();
+      const auto asked = std::chrono::steady_clock::now();
+      if (!stream->Read(request.get())) break;
+      // A request that was waiting already is part of a pipeline: it goes to the queue, so
+      // that reading ahead goes on. One the stream had to wait for runs here.
+      const bool waited = std::chrono::steady_clock::now() - asked > kPipelinedRead;
+      if (waited && ahead.TryRunHere()) {
+        if (!run(*request)) break;
+        continue;
+      }
+      if (!ahead.Push(std::move(request))) break;
+    }
+    ahead.Finish();
+  });
+  while (std::unique_ptr<v1::SessionRequest> request = ahead.Pop())
+    if (!run(*request)) break;
   reader.join();
   return grpc::Status::OK;
 }
