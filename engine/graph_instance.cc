@@ -134,7 +134,16 @@ absl::Status GraphInstance::Prepare(const BatchOptions& options) {
     if (call.is_copy()) {
       const SlotView& dst = std::get<SlotView>(call.args[0]);
       node.copy_bytes = dst.length ? dst.length : graph_.slots[dst.slot].bytes - dst.offset;
-      if (!patch.buffer_args.empty()) copy_patches_.push_back(patches_.size());
+      if (!patch.buffer_args.empty()) {
+        CopyCheck check{c, node.copy_bytes, {-1, -1}, {node.args[0].address, node.args[1].address}};
+        for (int i = 0; i < 2; ++i) {
+          const SlotView& v = std::get<SlotView>(call.args[i]);
+          if (param_index[v.slot] < 0) continue;
+          check.param[i] = param_index[v.slot];
+          check.address[i] = v.offset;
+        }
+        copy_checks_.push_back(check);
+      }
     }
     if (!patch.buffer_args.empty() || !patch.expression_args.empty() || patch.dims)
       patches_.push_back(std::move(patch));
@@ -165,12 +174,15 @@ absl::Status GraphInstance::Prepare(const BatchOptions& options) {
   return absl::OkStatus();
 }
 
-std::pair<uint64_t, uint64_t> GraphInstance::CopyAddresses(const Patch& p, std::span<const uint64_t> buffers) const {
-  const GraphNode& node = nodes_[p.call];
-  uint64_t address[2] = {node.args[0].address, node.args[1].address};
-  for (auto [arg, param] : p.buffer_args)
-    address[arg] = buffers[param] + std::get<SlotView>(graph_.calls[p.call].args[arg]).offset;
-  return {address[0], address[1]};
+absl::Status GraphInstance::CheckBuffers(std::span<const uint64_t> buffers) const {
+  for (const CopyCheck& c : copy_checks_) {
+    uint64_t at[2];
+    for (int i = 0; i < 2; ++i) at[i] = c.param[i] < 0 ? c.address[i] : buffers[c.param[i]] + c.address[i];
+    if (at[0] < at[1] + c.bytes && at[1] < at[0] + c.bytes)
+      return absl::InvalidArgumentError(
+          absl::StrCat("call ", c.call, " would copy between overlapping ranges: its parameters name one buffer"));
+  }
+  return absl::OkStatus();
 }
 
 absl::StatusOr<std::optional<absl::Duration>> GraphInstance::SubmitAlone(const GraphNode& node, bool wait) {
@@ -181,15 +193,7 @@ absl::StatusOr<std::optional<absl::Duration>> GraphInstance::SubmitAlone(const G
 absl::StatusOr<std::optional<absl::Duration>> GraphInstance::Replay(std::span<const uint64_t> buffers,
                                                                     std::span<const int64_t> values, bool wait) {
   absl::MutexLock lock(&mu_);
-  // Slots never overlap a copy's views, but a replay may pass one buffer for two slots.
-  for (size_t i : copy_patches_) {
-    const Patch& p = patches_[i];
-    auto [dst, src] = CopyAddresses(p, buffers);
-    const uint64_t n = nodes_[p.call].copy_bytes;
-    if (dst < src + n && src < dst + n)
-      return absl::InvalidArgumentError(
-          absl::StrCat("call ", p.call, " would copy between overlapping ranges: its parameters name one buffer"));
-  }
+  if (absl::Status s = CheckBuffers(buffers); !s.ok()) return s;
   for (const Patch& p : patches_) {
     const GraphCall& call = graph_.calls[p.call];
     GraphNode& node = nodes_[p.call];

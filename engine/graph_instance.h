@@ -8,6 +8,7 @@
 #ifndef REPLAYD_ENGINE_GRAPH_INSTANCE_H_
 #define REPLAYD_ENGINE_GRAPH_INSTANCE_H_
 
+#include <array>
 #include <atomic>
 #include <memory>
 #include <optional>
@@ -49,11 +50,14 @@ class GraphInstance {
   const std::vector<uint32_t>& buffer_params() const { return buffer_params_; }
   uint64_t replays() const { return replays_.load(); }
 
+  // INVALID_ARGUMENT when `buffers` (one device address per buffer parameter) makes a
+  // copy's two views overlap: slots never do, but a replay may pass one buffer for two.
+  absl::Status CheckBuffers(std::span<const uint64_t> buffers) const;
+
   // One replay. `buffers` holds one device address per buffer parameter, each of a
   // buffer at least the slot's size; `values` one value per variable, each checked
   // against its range. With `wait`, returns after completion with the device time.
-  // INVALID_ARGUMENT, with nothing run, when `buffers` makes a copy's two views overlap
-  // (one buffer passed for both).
+  // Checks `buffers` with CheckBuffers first, running nothing when they fail.
   absl::StatusOr<std::optional<absl::Duration>> Replay(std::span<const uint64_t> buffers,
                                                        std::span<const int64_t> values, bool wait);
 
@@ -69,9 +73,13 @@ class GraphInstance {
     std::vector<size_t> expression_args;                 // args that use variables
     bool dims = false;                                   // dimensions use variables
   };
-  // The current addresses of copy `call`'s destination and source with `buffers`.
-  std::pair<uint64_t, uint64_t> CopyAddresses(const Patch& p, std::span<const uint64_t> buffers) const
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // A copy with a buffer parameter on either side: where its views are for a replay.
+  struct CopyCheck {
+    size_t call = 0;
+    uint64_t bytes = 0;
+    std::array<int, 2> param{-1, -1};   // destination, source: buffer parameter or -1
+    std::array<uint64_t, 2> address{};  // the view's offset after a parameter, else its address
+  };
   // A batch of one call the device graph cannot hold, submitted on its own.
   absl::StatusOr<std::optional<absl::Duration>> SubmitAlone(const GraphNode& node, bool wait);
 
@@ -92,7 +100,7 @@ class GraphInstance {
   absl::Mutex mu_;
   std::vector<GraphNode> nodes_ ABSL_GUARDED_BY(mu_);  // current values of every call
   std::vector<Patch> patches_;
-  std::vector<size_t> copy_patches_;  // patches_ of copies, checked for overlap per replay
+  std::vector<CopyCheck> copy_checks_;
   std::vector<size_t> batch_of_call_, index_in_batch_;
   std::vector<Batch> batches_;
   std::atomic<uint64_t> replays_{0};

@@ -553,7 +553,7 @@ absl::Status Session::ResolveParams(const GraphInstance& g, std::span<const Para
     if (absl::Status s = CheckValue(var, *v); !s.ok()) return s;
     values[i - buffer_params.size()] = *v;
   }
-  return absl::OkStatus();
+  return g.CheckBuffers(addresses);
 }
 
 absl::Status Session::ResolveReads(std::span<const ViewArg> reads, std::vector<ResolvedRead>& out) const {

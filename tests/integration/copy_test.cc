@@ -221,6 +221,14 @@ TEST_F(CopyTest, AReplayThatNamesOneBufferForBothSidesOfACopyRunsNothing) {
   EXPECT_EQ(same.status().code(), absl::StatusCode::kInvalidArgument) << same.status();
   EXPECT_THAT(std::string(same.status().message()), HasSubstr("overlapping"));
   EXPECT_EQ(session_->DescribeGraph(*graph)->replays(), 0u);
+  // In a sequence, every vector is checked before the first replay runs.
+  SequenceSpec sequence;
+  sequence.vectors = {{&a, &b}, {&b, &b}};
+  auto refused = session_->ReplaySequence(*graph, sequence);
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument) << refused.status();
+  EXPECT_THAT(std::string(refused.status().message()), HasSubstr("replay 1"));
+  EXPECT_EQ(session_->DescribeGraph(*graph)->replays(), 0u);
+  EXPECT_EQ(Floats(b), std::vector<float>(kN, 0.f));
   ASSERT_TRUE(session_->Replay(*graph, {&a, &b}, true).ok());
   EXPECT_EQ(Floats(b), Iota(kN, 1));
   EXPECT_EQ(session_->DescribeGraph(*graph)->replays(), 1u);
