@@ -155,24 +155,14 @@ grpc::Status ReplaydService::Launch(grpc::ServerContext* context, const v1::Laun
                                     v1::LaunchReply* reply) {
   auto session = FindSession(context, request->session());
   if (!session.ok()) return ToGrpc(session.status());
-  absl::StatusOr<LaunchOp> op = FromProto(*request);
-  if (!op.ok()) return ToGrpc(op.status());
-  absl::StatusOr<LaunchResult> result = (*session)->Launch(*op);
-  if (!result.ok()) return ToGrpc(result.status());
-  if (result->device_time) reply->set_device_seconds(absl::ToDoubleSeconds(*result->device_time));
-  return grpc::Status::OK;
+  return ToGrpc(RunEager(**session, &replayd::Session::Launch, *request, *reply));
 }
 
 grpc::Status ReplaydService::CopyBuffer(grpc::ServerContext* context, const v1::CopyBufferRequest* request,
                                         v1::CopyBufferReply* reply) {
   auto session = FindSession(context, request->session());
   if (!session.ok()) return ToGrpc(session.status());
-  absl::StatusOr<CopyOp> op = FromProto(*request);
-  if (!op.ok()) return ToGrpc(op.status());
-  absl::StatusOr<LaunchResult> result = (*session)->CopyBuffer(*op);
-  if (!result.ok()) return ToGrpc(result.status());
-  if (result->device_time) reply->set_device_seconds(absl::ToDoubleSeconds(*result->device_time));
-  return grpc::Status::OK;
+  return ToGrpc(RunEager(**session, &replayd::Session::CopyBuffer, *request, *reply));
 }
 
 grpc::Status ReplaydService::Synchronize(grpc::ServerContext* context, const v1::SynchronizeRequest* request,

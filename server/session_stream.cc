@@ -27,24 +27,10 @@ class StreamOps {
 
   absl::Status Run(Session& session, const v1::SessionRequest& request, v1::SessionReply& reply) {
     switch (request.op_case()) {
-      case v1::SessionRequest::kLaunch: {
-        absl::StatusOr<LaunchOp> op = FromProto(request.launch());
-        if (!op.ok()) return op.status();
-        absl::StatusOr<LaunchResult> r = session.Launch(*op);
-        if (!r.ok()) return r.status();
-        v1::LaunchReply* out = reply.mutable_launch();
-        if (r->device_time) out->set_device_seconds(absl::ToDoubleSeconds(*r->device_time));
-        return absl::OkStatus();
-      }
-      case v1::SessionRequest::kCopy: {
-        absl::StatusOr<CopyOp> op = FromProto(request.copy());
-        if (!op.ok()) return op.status();
-        absl::StatusOr<LaunchResult> r = session.CopyBuffer(*op);
-        if (!r.ok()) return r.status();
-        v1::CopyBufferReply* out = reply.mutable_copy();
-        if (r->device_time) out->set_device_seconds(absl::ToDoubleSeconds(*r->device_time));
-        return absl::OkStatus();
-      }
+      case v1::SessionRequest::kLaunch:
+        return RunEager(session, &Session::Launch, request.launch(), *reply.mutable_launch());
+      case v1::SessionRequest::kCopy:
+        return RunEager(session, &Session::CopyBuffer, request.copy(), *reply.mutable_copy());
       case v1::SessionRequest::kReplay: {
         if (absl::Status s = FromProto(request.replay(), replay_op_); !s.ok()) return s;
         if (absl::Status s = session.ReplayGraph(replay_op_, replay_result_); !s.ok()) return s;

@@ -24,6 +24,19 @@ absl::StatusOr<ReplayOp> FromProto(const v1::ReplayGraphRequest& request);
 absl::Status FromProto(const v1::ReplayGraphRequest& request, ReplayOp& op);
 absl::StatusOr<ReplaySequenceOp> FromProto(const v1::ReplaySequenceRequest& request);
 void ToProto(const DeviceStatus& device, v1::Device* out);
+
+// Runs an eager device operation (Session::Launch or Session::CopyBuffer) decoded from
+// `request` and sets the device time in `reply`, for the unary RPC and the stream alike.
+template <typename Request, typename Op, typename Reply>
+absl::Status RunEager(Session& session, absl::StatusOr<LaunchResult> (Session::*run)(const Op&), const Request& request,
+                      Reply& reply) {
+  absl::StatusOr<Op> op = FromProto(request);
+  if (!op.ok()) return op.status();
+  absl::StatusOr<LaunchResult> result = (session.*run)(*op);
+  if (!result.ok()) return result.status();
+  if (result->device_time) reply.set_device_seconds(absl::ToDoubleSeconds(*result->device_time));
+  return absl::OkStatus();
+}
 void ToProto(const GraphInfo& info, v1::GraphReply* out);
 
 }  // namespace replayd

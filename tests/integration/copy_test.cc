@@ -11,12 +11,6 @@ namespace {
 
 using ::testing::HasSubstr;
 
-// out[i] = in[i] * 2 + k over n floats.
-constexpr char kAffine[] = R"(
-void affine(float *out, const float *in, int n, int k) {
-  for (int i = 0; i < n; ++i) out[i] = in[i] * 2.0f + (float)k;
-})";
-
 constexpr int kN = 64;
 const Variable kPos{"pos", 1, 100, 1};
 
@@ -32,7 +26,7 @@ class CopyTest : public DaemonFixture {
     DaemonFixture::SetUp();
     session_ = std::make_unique<Session>(Open());
     affine_ = std::make_unique<Program>(
-        *session_->Load({"cpu-c", kAffine, "affine", *ParseSignature("out,in,int32,int32"), {}}));
+        *session_->Load({"cpu-c", kAffineSource, "affine", *ParseSignature("out,in,int32,int32"), {}}));
   }
 
   Buffer Alloc(uint64_t bytes) {

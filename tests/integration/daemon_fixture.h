@@ -14,6 +14,12 @@
 
 namespace replayd::client {
 
+// out[i] = in[i] * 2 + k over n floats, in one invocation.
+inline constexpr char kAffineSource[] = R"(
+void affine(float *out, const float *in, int n, int k) {
+  for (int i = 0; i < n; ++i) out[i] = in[i] * 2.0f + (float)k;
+})";
+
 // out = a + b over n floats, split into `cores` parts, one per invocation.
 inline constexpr char kAddSource[] = R"(
 void add(float *out, const float *a, const float *b, int n, int cores, int core) {

@@ -186,25 +186,19 @@ class DeviceTest : public DaemonFixture, public ::testing::WithParamInterface<De
     }
 #endif
 #ifdef REPLAYD_WITH_CUDA
-    if (format == "cuda-ptx") {
-      // The client compiles to PTX itself, for the device's architecture.
+    if (format == "cuda-ptx" || format == "cuda-cubin") {
+      // The client compiles the code itself for the device's architecture: PTX, or a
+      // cubin of machine code.
+      const bool ptx = format == "cuda-ptx";
       auto nvrtc = Nvrtc::Load();
       if (!nvrtc.ok()) return nvrtc.status();
-      auto ptx = (*nvrtc)->Compile(kGpuSource, "add", device_.architecture(), {}, NvrtcOutput::kPtx);
-      if (!ptx.ok()) return ptx.status();
-      Kernels k = GpuKernels(format, ptx->image);
-      k.broken_code = ".version 8.0\n.target " + device_.architecture() + "\n.address_size 64\n.visible .entry add(\n";
-      k.diagnostic = "does not load";
-      return k;
-    }
-    if (format == "cuda-cubin") {
-      // The client builds machine code for the device's architecture itself.
-      auto nvrtc = Nvrtc::Load();
-      if (!nvrtc.ok()) return nvrtc.status();
-      auto cubin = (*nvrtc)->Compile(kGpuSource, "add", device_.architecture(), {}, NvrtcOutput::kCubin);
-      if (!cubin.ok()) return cubin.status();
-      Kernels k = GpuKernels(format, cubin->image);
-      k.broken_code = cubin->image.substr(0, cubin->image.size() / 3);  // an ELF cut short
+      auto module = (*nvrtc)->Compile(kGpuSource, "add", device_.architecture(), {},
+                                      ptx ? NvrtcOutput::kPtx : NvrtcOutput::kCubin);
+      if (!module.ok()) return module.status();
+      Kernels k = GpuKernels(format, module->image);
+      k.broken_code =
+          ptx ? ".version 8.0\n.target " + device_.architecture() + "\n.address_size 64\n.visible .entry add(\n"
+              : module->image.substr(0, module->image.size() / 3);  // an ELF cut short
       k.diagnostic = "does not load";
       return k;
     }

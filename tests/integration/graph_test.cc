@@ -12,12 +12,6 @@ namespace {
 
 using ::testing::HasSubstr;
 
-// out[i] = in[i] * 2 + k over n floats.
-constexpr char kAffine[] = R"(
-void affine(float *out, const float *in, int n, int k) {
-  for (int i = 0; i < n; ++i) out[i] = in[i] * 2.0f + (float)k;
-})";
-
 // out[core] = core + base: one invocation per element, so the launch dimension decides
 // how many elements are written.
 constexpr char kIota[] = R"(
@@ -43,7 +37,7 @@ class GraphTest : public DaemonFixture {
 
   void OpenAll() {
     session_ = std::make_unique<Session>(Open());
-    ProgramSpec affine{"cpu-c", kAffine, "affine", *ParseSignature("out,in,int32,int32"), {}};
+    ProgramSpec affine{"cpu-c", kAffineSource, "affine", *ParseSignature("out,in,int32,int32"), {}};
     ProgramSpec iota{"cpu-c", kIota, "iota", *ParseSignature("out,int32", true), {}};
     affine_ = std::make_unique<Program>(*session_->Load(affine));
     iota_ = std::make_unique<Program>(*session_->Load(iota));
@@ -140,8 +134,7 @@ TEST_F(GraphTest, CapturesAtDifferentPositionsShareOneKeyAndInstance) {
   EXPECT_EQ(second->info().cache().instantiations(), 1u);
   EXPECT_EQ(second->info().cache().hits(), 1u);
   // Many replays with a changing variable: still one instantiation.
-  for (int64_t pos = 1; pos <= 50; ++pos)
-    ASSERT_TRUE(session_->Replay(*second, {&in, &out, pos}).ok());
+  for (int64_t pos = 1; pos <= 50; ++pos) ASSERT_TRUE(session_->Replay(*second, {&in, &out, pos}).ok());
   auto info = session_->DescribeGraph(*first);
   ASSERT_TRUE(info.ok());
   EXPECT_EQ(info->cache().instantiations(), 1u);
@@ -242,13 +235,13 @@ TEST_F(GraphTest, SymbolicLaunchDimensionsOverTheWholeRange) {
     auto r = session_->Replay(*graph, {&out, pos}, true, {View{&out}});
     ASSERT_TRUE(r.ok()) << r.status();
     const auto* got = reinterpret_cast<const int32_t*>(r->reads[0].data());
-    for (int i = 0; i < kN; ++i)
-      ASSERT_EQ(got[i], i < pos ? i + pos * 10 : -1) << "pos " << pos << " i " << i;
+    for (int i = 0; i < kN; ++i) ASSERT_EQ(got[i], i < pos ? i + pos * 10 : -1) << "pos " << pos << " i " << i;
   }
 }
 
 TEST_F(GraphTest, BatchBoundaries) {
-  for (auto [calls, batches] : {std::pair{1, 1}, std::pair{31, 1}, std::pair{32, 1}, std::pair{33, 2}, std::pair{100, 3}}) {
+  for (auto [calls, batches] :
+       {std::pair{1, 1}, std::pair{31, 1}, std::pair{32, 1}, std::pair{33, 2}, std::pair{100, 3}}) {
     Buffer acc = Alloc(kN * 4);
     ASSERT_TRUE(session_->WriteVector(acc, std::vector<float>(kN, 0.f)).ok());
     ASSERT_TRUE(session_->BeginCapture({&acc}, {kPos}).ok());
@@ -360,17 +353,13 @@ TEST_F(GraphTest, ReplayDuringACaptureIsFailedPrecondition) {
   auto graph = CaptureChain(in, out, 3);
   ASSERT_TRUE(graph.ok());
   ASSERT_TRUE(session_->BeginCapture({}, {}).ok());
-  EXPECT_EQ(session_->Replay(*graph, {&in, &out, int64_t{3}}).status().code(),
-            absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(session_->Replay(*graph, {&in, &out, int64_t{3}}).status().code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_EQ(session_->BeginCapture({}, {}).code(), absl::StatusCode::kFailedPrecondition);
-  EXPECT_EQ(session_->EndCapture({}).status().code(), absl::StatusCode::kFailedPrecondition)
-      << "nothing recorded";
-  EXPECT_EQ(session_->Replay(*graph, {&in, &out, int64_t{3}}).status().code(),
-            absl::StatusCode::kFailedPrecondition)
+  EXPECT_EQ(session_->EndCapture({}).status().code(), absl::StatusCode::kFailedPrecondition) << "nothing recorded";
+  EXPECT_EQ(session_->Replay(*graph, {&in, &out, int64_t{3}}).status().code(), absl::StatusCode::kFailedPrecondition)
       << "the failed EndCapture left the capture open";
   ASSERT_TRUE(session_->DiscardCapture().ok());
-  EXPECT_EQ(session_->DiscardCapture().code(), absl::StatusCode::kFailedPrecondition)
-      << "no capture open";
+  EXPECT_EQ(session_->DiscardCapture().code(), absl::StatusCode::kFailedPrecondition) << "no capture open";
   EXPECT_TRUE(session_->Replay(*graph, {&in, &out, int64_t{3}}).ok());
 }
 
@@ -401,7 +390,7 @@ TEST_F(GraphTest, ConstantsStayAliveWhileAGraphHoldsThem) {
   auto graph = session_->EndCapture({&out});
   ASSERT_TRUE(graph.ok()) << graph.status();
   ASSERT_EQ(graph->info().params_size(), 1);  // weights became a constant
-  weights = Buffer();                          // the handle goes, the memory stays
+  weights = Buffer();                         // the handle goes, the memory stays
   ASSERT_TRUE(session_->WriteVector(out, std::vector<float>(kN, 0.f)).ok());
   ASSERT_TRUE(session_->Replay(*graph, {&out}, true).ok());
   EXPECT_EQ((*session_->ReadVector<float>(out, 1))[0], 4.0f);
@@ -416,7 +405,7 @@ TEST_F(GraphTest, ClosingTheSessionFreesGraphsArenasAndConstants) {
   const uint64_t baseline = FreeMemory();
   {
     Session s = Open();
-    ProgramSpec affine{"cpu-c", kAffine, "affine", *ParseSignature("out,in,int32,int32"), {}};
+    ProgramSpec affine{"cpu-c", kAffineSource, "affine", *ParseSignature("out,in,int32,int32"), {}};
     auto p = s.Load(affine);
     auto in = s.Alloc(kN * 4), out = s.Alloc(kN * 4), weights = s.Alloc(kN * 4);
     ASSERT_TRUE(s.BeginCapture({&*in}, {}).ok());

@@ -55,10 +55,15 @@ class StreamTest : public DaemonFixture, public ::testing::WithParamInterface<si
     raw->stream = stub().Session(&raw->context);
     return raw;
   }
-  v1::SessionRequest ReplayRequest(uint64_t seq, int64_t pos) {
+  // A request on this session with no operation yet.
+  v1::SessionRequest Request(uint64_t seq) {
     v1::SessionRequest r;
     r.set_seq(seq);
     r.set_session(session_->id());
+    return r;
+  }
+  v1::SessionRequest ReplayRequest(uint64_t seq, int64_t pos) {
+    v1::SessionRequest r = Request(seq);
     r.mutable_replay()->set_graph(graph_->handle());
     r.mutable_replay()->add_params()->set_buffer(x_->handle());
     r.mutable_replay()->add_params()->set_int_value(pos);
@@ -155,28 +160,22 @@ TEST_P(StreamTest, TheClientResumesAfterAnErrorItHasSeen) {
 
 TEST_P(StreamTest, InlineWritesReadsLaunchesAndKeepAlive) {
   auto raw = OpenRaw();
-  auto req = [&](uint64_t seq) {
-    v1::SessionRequest r;
-    r.set_seq(seq);
-    r.set_session(session_->id());
-    return r;
-  };
-  v1::SessionRequest write = req(1);
+  v1::SessionRequest write = Request(1);
   int64_t v = 5;
   write.mutable_write()->set_buffer(x_->handle());
   write.mutable_write()->set_data(std::string(reinterpret_cast<char*>(&v), 8));
-  v1::SessionRequest launch = req(2);
+  v1::SessionRequest launch = Request(2);
   launch.mutable_launch()->set_program(program_->handle());
   launch.mutable_launch()->add_args()->mutable_view()->set_buffer(x_->handle());
   launch.mutable_launch()->add_args()->set_int_value(1);
   launch.mutable_launch()->set_wait(true);
-  v1::SessionRequest read = req(3);
+  v1::SessionRequest read = Request(3);
   read.mutable_read()->set_buffer(x_->handle());
-  v1::SessionRequest keep = req(4);
+  v1::SessionRequest keep = Request(4);
   keep.mutable_keep_alive();
-  v1::SessionRequest sync = req(5);
+  v1::SessionRequest sync = Request(5);
   sync.mutable_synchronize();
-  v1::SessionRequest too_big = req(6);
+  v1::SessionRequest too_big = Request(6);
   too_big.mutable_write()->set_buffer(x_->handle());
   too_big.mutable_write()->set_data(std::string((1 << 20) + 1, 'x'));
   for (auto* r : {&write, &launch, &read, &keep, &sync, &too_big}) ASSERT_TRUE(raw->stream->Write(*r));
@@ -200,21 +199,15 @@ TEST_P(StreamTest, ACopyRunsInOrderOnTheStream) {
   auto y = session_->Alloc(8);
   ASSERT_TRUE(y.ok());
   auto raw = OpenRaw();
-  auto req = [&](uint64_t seq) {
-    v1::SessionRequest r;
-    r.set_seq(seq);
-    r.set_session(session_->id());
-    return r;
-  };
-  v1::SessionRequest copy = req(2);
+  v1::SessionRequest copy = Request(2);
   copy.mutable_copy()->mutable_dst()->set_buffer(y->handle());
   copy.mutable_copy()->mutable_src()->set_buffer(x_->handle());
   copy.mutable_copy()->set_wait(true);
-  v1::SessionRequest bad = req(3);
+  v1::SessionRequest bad = Request(3);
   bad.set_continue_on_error(true);
   bad.mutable_copy()->mutable_dst()->set_buffer(y->handle());
   bad.mutable_copy()->mutable_src()->set_buffer(y->handle());  // onto itself
-  v1::SessionRequest read = req(4);
+  v1::SessionRequest read = Request(4);
   read.mutable_read()->set_buffer(y->handle());
   ASSERT_TRUE(raw->stream->Write(ReplayRequest(1, 7)));  // x = 0 * 2 + 7, before the copy
   for (auto* r : {&copy, &bad, &read}) ASSERT_TRUE(raw->stream->Write(*r));
