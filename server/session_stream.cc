@@ -6,6 +6,7 @@
 #include <deque>
 #include <memory>
 #include <thread>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
@@ -221,33 +222,55 @@ class ReadAhead {
   bool stopped_ ABSL_GUARDED_BY(mu_) = false;
 };
 
+// Each operation's reply lives in an arena of its own, made on a block the stream keeps:
+// a small reply allocates nothing, and nothing builds up over a long stream (an arena
+// frees nothing before it is destroyed, so one arena for the stream's life would grow
+// with every reply).
+class ReplyArena {
+ public:
+  ReplyArena() : block_(kBlockBytes) {
+    options_.initial_block = block_.data();
+    options_.initial_block_size = block_.size();
+  }
+  const google::protobuf::ArenaOptions& options() const { return options_; }
+
+ private:
+  static constexpr size_t kBlockBytes = 64 << 10;
+  std::vector<char> block_;
+  google::protobuf::ArenaOptions options_;
+};
+
 }  // namespace
 
 grpc::Status ServeSessionStream(Engine& engine, absl::string_view tenant, size_t window, grpc::ServerContext* context,
                                 grpc::ServerReaderWriter<v1::SessionReply, v1::SessionRequest>* stream) {
   StreamRunner runner(engine, tenant, stream);
-  // The stream's messages live in one arena and are reused for every operation.
-  google::protobuf::Arena arena;
-  v1::SessionReply& reply = *google::protobuf::Arena::CreateMessage<v1::SessionReply>(&arena);
+  ReplyArena block;
   if (window == 0) {
-    v1::SessionRequest& request = *google::protobuf::Arena::CreateMessage<v1::SessionRequest>(&arena);
+    v1::SessionRequest request;
     while (stream->Read(&request)) {
+      google::protobuf::Arena arena(block.options());
+      v1::SessionReply& reply = *google::protobuf::Arena::CreateMessage<v1::SessionReply>(&arena);
       runner.Handle(request, reply);
-      if (!stream->Write(reply) || context->IsCancelled()) break;
+      if (!stream->Write(reply)) break;
     }
     return grpc::Status::OK;
   }
   ReadAhead ahead(window);
   // Runs one operation holding the turn and answers it; false when the stream is done for.
-  auto run = [&](const v1::SessionRequest& request) {
-    bool ok = !context->IsCancelled();
+  // `check_cancel`: a request that waited in the queue runs only if the stream still
+  // stands (the check is a poll of the call, so a request just read skips it).
+  auto run = [&](const v1::SessionRequest& request, bool check_cancel) {
+    bool ok = !check_cancel || !context->IsCancelled();
     if (ok) {
+      google::protobuf::Arena arena(block.options());
+      v1::SessionReply& reply = *google::protobuf::Arena::CreateMessage<v1::SessionReply>(&arena);
       runner.Handle(request, reply);
       // With more requests read, the transport may hold this reply and send it with the
       // next; the reply to the last request read is sent at once.
       grpc::WriteOptions options;
       if (ahead.HasMore()) options.set_buffer_hint();
-      ok = stream->Write(reply, options) && !context->IsCancelled();
+      ok = stream->Write(reply, options);
     }
     if (!ok) {
       // Nothing more of this stream runs: drop what was read ahead, unblock the reader.
@@ -261,12 +284,16 @@ grpc::Status ServeSessionStream(Engine& engine, absl::string_view tenant, size_t
     for (;;) {
       auto request = std::make_unique<v1::SessionRequest>();
       const auto asked = std::chrono::steady_clock::now();
-      if (!stream->Read(request.get())) break;
+      if (!stream->Read(request.get())) {
+        // A broken stream runs nothing it had queued; one the client closed runs it all.
+        if (context->IsCancelled()) ahead.Stop();
+        break;
+      }
       // A request that was waiting already is part of a pipeline: it goes to the queue, so
       // that reading ahead goes on. One the stream had to wait for runs here.
       const bool waited = std::chrono::steady_clock::now() - asked > kPipelinedRead;
       if (waited && ahead.TryRunHere()) {
-        if (!run(*request)) break;
+        if (!run(*request, /*check_cancel=*/false)) break;
         continue;
       }
       if (!ahead.Push(std::move(request))) break;
@@ -274,7 +301,7 @@ grpc::Status ServeSessionStream(Engine& engine, absl::string_view tenant, size_t
     ahead.Finish();
   });
   while (std::unique_ptr<v1::SessionRequest> request = ahead.Pop())
-    if (!run(*request)) break;
+    if (!run(*request, /*check_cancel=*/true)) break;
   reader.join();
   return grpc::Status::OK;
 }

@@ -2,6 +2,7 @@
 // error and resume, inline transfers, replay sequences, broken streams.
 #include <gmock/gmock.h>
 
+#include <fstream>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
@@ -335,6 +336,33 @@ TEST_P(StreamTest, ABrokenStreamRunsNothingMoreAndLeavesTheSessionUsable) {
   EXPECT_EQ(Value(), v) << "nothing ran after the stream broke";
   EXPECT_TRUE(session_->Replay(*graph_, {x_.get(), int64_t{1}}).ok());
   EXPECT_EQ(Value(), v * 2 + 1);
+}
+
+// Resident memory of this process (client and daemon), in bytes.
+int64_t ResidentBytes() {
+  std::ifstream status("/proc/self/status");
+  for (std::string line; std::getline(status, line);)
+    if (line.rfind("VmRSS:", 0) == 0) return std::stoll(line.substr(6)) * 1024;
+  return -1;
+}
+
+TEST_P(StreamTest, ALongStreamKeepsItsMemoryBounded) {
+  // Each reply carries 256 KiB: a stream that kept its replies would grow by 250 MiB.
+  constexpr uint64_t kRead = 256 << 10;
+  absl::StatusOr<Buffer> big = session_->Alloc(kRead);
+  ASSERT_TRUE(big.ok());
+  const std::vector<View> reads = {View{&*big, 0, kRead}};
+  auto replays = [&](int n) {
+    for (int i = 0; i < n; ++i) {
+      auto r = session_->Replay(*graph_, {x_.get(), int64_t{1}}, false, reads);
+      ASSERT_TRUE(r.ok()) << r.status();
+      ASSERT_EQ(r->reads[0].size(), kRead);
+    }
+  };
+  replays(50);  // the transport's and allocator's steady state
+  const int64_t before = ResidentBytes();
+  replays(1000);
+  EXPECT_LT(ResidentBytes() - before, int64_t{64} << 20);
 }
 
 TEST_P(StreamTest, EightClientsPipelineOnTheirOwnSessions) {
