@@ -14,21 +14,28 @@ namespace client_internal {
 
 SessionCore::~SessionCore() { CloseStream(); }
 
-SessionStream& SessionCore::Stream() {
-  absl::MutexLock lock(&mu);
-  if (!stream || !stream->healthy()) {
-    stream.reset();
-    stream = std::make_unique<SessionStream>(*stub, token, id, window);
+absl::StatusOr<Submitted> SessionCore::Submit(v1::SessionRequest& request, SessionStream::DoneFn done,
+                                              SessionStream::PartialFn partial) {
+  for (int attempt = 0;; ++attempt) {
+    std::shared_ptr<SessionStream> s;
+    {
+      absl::MutexLock lock(&mu);
+      if (!stream || !stream->healthy()) stream = std::make_shared<SessionStream>(*stub, token, id, window);
+      s = stream;
+    }
+    absl::StatusOr<uint64_t> seq = s->Submit(request, done, partial);
+    if (seq.ok()) return Submitted{std::move(s), *seq};
+    if (attempt > 0 || !SessionStream::IsNotSent(seq.status())) return seq.status();
   }
-  return *stream;
 }
 
 void SessionCore::CloseStream() {
-  std::unique_ptr<SessionStream> s;
+  std::shared_ptr<SessionStream> s;
   {
     absl::MutexLock lock(&mu);
     s = std::move(stream);
   }
+  if (s) s->Close();
 }
 
 }  // namespace client_internal
@@ -377,23 +384,48 @@ absl::StatusOr<ReplayResult> Session::ReplayUnary(const Graph& graph, const std:
   return FromProto(reply);
 }
 
+namespace {
+
+// The done callback of a replay: its result, or the failure, into `out`.
+SessionStream::DoneFn ReplayDone(std::function<void(absl::StatusOr<ReplayResult>)> out) {
+  return [out = std::move(out)](absl::StatusOr<v1::SessionReply> reply) {
+    if (!reply.ok()) return out(reply.status());
+    if (reply->code() != 0) return out(ReplyStatus(*reply));
+    out(FromProto(*reply->mutable_replay()));
+  };
+}
+
+}  // namespace
+
 std::future<absl::StatusOr<ReplayResult>> Session::ReplayAsync(const Graph& graph, const std::vector<ParamArg>& params,
                                                                bool wait, const std::vector<View>& reads) {
   auto promise = std::make_shared<std::promise<absl::StatusOr<ReplayResult>>>();
-  std::future<absl::StatusOr<ReplayResult>> future = promise->get_future();
+  std::future<absl::StatusOr<ReplayResult>> result = promise->get_future();
   v1::SessionRequest request;
   ReplayToProto(graph, params, wait, reads, request.mutable_replay());
-  core_->Stream().Submit(request, [promise](absl::StatusOr<v1::SessionReply> reply) {
-    if (!reply.ok()) return promise->set_value(reply.status());
-    if (reply->code() != 0) return promise->set_value(ReplyStatus(*reply));
-    promise->set_value(FromProto(*reply->mutable_replay()));
+  absl::StatusOr<client_internal::Submitted> sent =
+      core_->Submit(request, ReplayDone([promise](absl::StatusOr<ReplayResult> r) { promise->set_value(std::move(r)); }));
+  if (!sent.ok()) {
+    promise->set_value(sent.status());
+    return result;
+  }
+  // The future reads its reply on the thread that waits for it.
+  return std::async(std::launch::deferred, [sent = *std::move(sent), result = std::move(result)]() mutable {
+    sent.stream->Await(sent.seq);
+    return result.get();
   });
-  return future;
 }
 
 absl::StatusOr<ReplayResult> Session::Replay(const Graph& graph, const std::vector<ParamArg>& params, bool wait,
                                              const std::vector<View>& reads) {
-  return ReplayAsync(graph, params, wait, reads).get();
+  v1::SessionRequest request;
+  ReplayToProto(graph, params, wait, reads, request.mutable_replay());
+  absl::StatusOr<ReplayResult> result = absl::UnknownError("no reply");
+  absl::StatusOr<client_internal::Submitted> sent =
+      core_->Submit(request, ReplayDone([&result](absl::StatusOr<ReplayResult> r) { result = std::move(r); }));
+  if (!sent.ok()) return sent.status();
+  sent->stream->Await(sent->seq);
+  return result;
 }
 
 absl::StatusOr<SequenceResult> Session::ReplaySequence(const Graph& graph, const SequenceSpec& spec,
@@ -413,27 +445,28 @@ absl::StatusOr<SequenceResult> Session::ReplaySequence(const Graph& graph, const
     for (std::string& b : *r.mutable_reads()) reads.push_back(std::move(b));
     return reads;
   };
-  std::promise<absl::StatusOr<SequenceResult>> promise;
-  std::future<absl::StatusOr<SequenceResult>> future = promise.get_future();
-  core_->Stream().Submit(
+  absl::StatusOr<SequenceResult> result = absl::UnknownError("no reply");
+  absl::StatusOr<client_internal::Submitted> sent = core_->Submit(
       request,
       [&](absl::StatusOr<v1::SessionReply> reply) {
-        if (!reply.ok()) return promise.set_value(reply.status());
-        if (reply->code() != 0) return promise.set_value(ReplyStatus(*reply));
+        if (!reply.ok()) return void(result = reply.status());
+        if (reply->code() != 0) return void(result = ReplyStatus(*reply));
         v1::ReplaySequenceReply* r = reply->mutable_sequence();
-        SequenceResult result;
-        result.replays = r->replays();
-        result.device_seconds = r->device_seconds();
-        result.reads = to_reads(*r);
-        if (on_reads && spec.stream_reads) on_reads(r->index(), result.reads);
-        promise.set_value(std::move(result));
+        SequenceResult done;
+        done.replays = r->replays();
+        done.device_seconds = r->device_seconds();
+        done.reads = to_reads(*r);
+        if (on_reads && spec.stream_reads) on_reads(r->index(), done.reads);
+        result = std::move(done);
       },
       [&](const v1::SessionReply& partial) {
         if (!on_reads) return;
         v1::ReplaySequenceReply r = partial.sequence();
         on_reads(r.index(), to_reads(r));
       });
-  return future.get();
+  if (!sent.ok()) return sent.status();
+  sent->stream->Await(sent->seq);
+  return result;
 }
 
 absl::StatusOr<v1::GraphReply> Session::DescribeGraph(const Graph& graph) {

@@ -24,6 +24,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
+#include "client/stream.h"
 #include "replayd/v1/admin.grpc.pb.h"
 #include "replayd/v1/replayd.grpc.pb.h"
 
@@ -31,13 +32,21 @@ namespace replayd::client {
 
 absl::Status FromGrpc(const grpc::Status& status);
 
-class SessionStream;
-
 namespace client_internal {
+// A request sent on a session's stream: the stream and its seq there, for Await.
+struct Submitted {
+  std::shared_ptr<SessionStream> stream;
+  uint64_t seq = 0;
+};
+
 struct SessionCore {
   ~SessionCore();
-  // The session's stream, opened on first use and again after it breaks.
-  SessionStream& Stream();
+  // Sends `request` on the session's stream, opened on first use and again once the last
+  // one has ended (a request that found it ended unsent goes on the new one). `done` and
+  // `partial` as in SessionStream::Submit; on an error here `done` is not called.
+  absl::StatusOr<Submitted> Submit(v1::SessionRequest& request, SessionStream::DoneFn done,
+                                   SessionStream::PartialFn partial = nullptr);
+  // Ends the stream once its outstanding operations have completed.
   void CloseStream();
 
   std::shared_ptr<v1::Replayd::Stub> stub;
@@ -46,7 +55,7 @@ struct SessionCore {
   size_t window = 64;
   std::atomic<bool> closed{false};
   absl::Mutex mu;
-  std::unique_ptr<SessionStream> stream ABSL_GUARDED_BY(mu);
+  std::shared_ptr<SessionStream> stream ABSL_GUARDED_BY(mu);
 };
 }  // namespace client_internal
 

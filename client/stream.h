@@ -1,6 +1,13 @@
 // The client end of a Session stream: requests written in order from any thread, replies
-// matched to them by sequence number on a reader thread. At most `window` operations are
-// outstanding; Submit blocks past that.
+// matched to them by sequence number.
+//
+// No thread reads on its own: a thread that needs a reply reads it (Await), and while one
+// thread reads, the others wait for it to complete their operations or to hand them the
+// turn to read. A round trip therefore costs no thread hop, and an idle stream keeps no
+// thread in the transport's polling (where, on a small machine, every such thread made
+// each other stream's round trip slower: it takes part in handing the polling on).
+// At most `window` operations are outstanding; past that, Submit reads replies on the
+// calling thread until one completes.
 //
 // Thread safety: thread-safe.
 #ifndef REPLAYD_CLIENT_STREAM_H_
@@ -11,7 +18,6 @@
 #include <deque>
 #include <functional>
 #include <memory>
-#include <thread>
 
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
@@ -21,22 +27,35 @@ namespace replayd::client {
 
 class SessionStream {
  public:
-  // Called with every non-final reply of an operation, on the reader thread.
+  // Called with every non-final reply of an operation, on the thread that reads it.
   using PartialFn = std::function<void(const v1::SessionReply&)>;
-  // Called once with the final reply (or the stream's failure), on the reader thread.
+  // Called once with the final reply (or the stream's failure), on the thread that reads it.
   using DoneFn = std::function<void(absl::StatusOr<v1::SessionReply>)>;
 
   SessionStream(v1::Replayd::Stub& stub, const std::string& token, uint64_t session, size_t window);
-  // Ends the stream: pending operations complete first.
+  // Close().
   ~SessionStream();
 
-  // Sends `request` (its seq and session are set here). After a reply that failed, the
-  // next request sent carries resume, so each operation the caller issues after seeing
-  // an error runs.
-  void Submit(v1::SessionRequest& request, DoneFn done, PartialFn partial = nullptr);
+  // Sends `request` (its seq, session and resume are set here) and returns its seq, which
+  // Await takes. After a reply that failed, the next request sent carries resume, so each
+  // operation the caller issues after seeing an error runs.
+  // UNAVAILABLE (IsNotSent) when the stream had ended before `request` went out while no
+  // other operation was outstanding: `done` and `partial` are left with the caller, and a
+  // new stream may carry the request with nothing reordered. Any other failure is given
+  // to `done`.
+  absl::StatusOr<uint64_t> Submit(v1::SessionRequest& request, DoneFn& done, PartialFn& partial);
 
-  // False once the stream has broken; a new one must be opened.
+  // Returns once operation `seq` has completed: its `done` has returned.
+  void Await(uint64_t seq);
+
+  // Ends the stream once every outstanding operation has completed. Idempotent.
+  void Close();
+
+  // False once the stream has ended; a new one must be opened.
   bool healthy() const;
+
+  // Whether `s` is Submit's answer for a request that was not sent.
+  static bool IsNotSent(const absl::Status& s);
 
  private:
   struct Pending {
@@ -44,7 +63,12 @@ class SessionStream {
     DoneFn done;
     PartialFn partial;
   };
-  void ReaderMain();
+  // Reads and dispatches one reply; on the end of the stream fails what is outstanding.
+  // Requires the read turn.
+  void ReadOne();
+  // Reads (taking the turn) or waits for the reader until `until` holds or the stream has
+  // ended and nothing is left to read.
+  void Progress(const std::function<bool()>& until) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const uint64_t session_;
   const size_t window_;
@@ -53,10 +77,16 @@ class SessionStream {
   mutable absl::Mutex mu_;
   std::deque<Pending> pending_ ABSL_GUARDED_BY(mu_);
   uint64_t next_seq_ ABSL_GUARDED_BY(mu_) = 1;
-  bool broken_ ABSL_GUARDED_BY(mu_) = false;
+  // Operations up to this seq have completed. Replies come in order, so this is all the
+  // state an Await needs.
+  uint64_t completed_ ABSL_GUARDED_BY(mu_) = 0;
+  bool reading_ ABSL_GUARDED_BY(mu_) = false;  // a thread holds the read turn
+  bool ended_ ABSL_GUARDED_BY(mu_) = false;    // the daemon's side is gone: nothing more to read
+  bool closing_ ABSL_GUARDED_BY(mu_) = false;  // Close has begun: nothing more is sent
+  bool write_failed_ ABSL_GUARDED_BY(mu_) = false;  // a write found the stream ended
   bool resume_next_ ABSL_GUARDED_BY(mu_) = false;
-  absl::Mutex write_mu_;
-  std::thread reader_;
+  // Serializes writes, so sequence numbers go out in order.
+  absl::Mutex write_mu_ ABSL_ACQUIRED_BEFORE(mu_);
 };
 
 }  // namespace replayd::client
