@@ -230,14 +230,18 @@ class Session {
   absl::StatusOr<Graph> DefineGraph(const v1::GraphDef& def);
   // Replays `graph` with `params` in its parameter layout over the session's stream and
   // returns the bytes of `reads`. ReplayAsync returns at once: replays issued from one
-  // thread run in order, and the client may queue many (up to the stream window) before
-  // waiting on any.
+  // thread run in order, and the client may queue many (up to the stream window; past it
+  // ReplayAsync first reads the oldest reply) before waiting on any. No thread reads in
+  // the background: the future's get() or wait() reads the replies up to its own on the
+  // calling thread (its wait_for answers `deferred`), and a future dropped unread leaves
+  // its reply to whoever reads next.
   absl::StatusOr<ReplayResult> Replay(const Graph& graph, const std::vector<ParamArg>& params, bool wait = false,
                                       const std::vector<View>& reads = {});
   std::future<absl::StatusOr<ReplayResult>> ReplayAsync(const Graph& graph, const std::vector<ParamArg>& params,
                                                         bool wait = false, const std::vector<View>& reads = {});
   // One request for a whole sequence; `on_reads` gets each replay's reads with
-  // stream_reads.
+  // stream_reads, on the thread that reads them (usually this one). It must not use this
+  // session.
   absl::StatusOr<SequenceResult> ReplaySequence(const Graph& graph, const SequenceSpec& spec,
                                                 const SequenceReadsFn& on_reads = nullptr);
   // The same replay as one unary ReplayGraph RPC, without the stream.

@@ -2,6 +2,7 @@
 // error and resume, inline transfers, replay sequences, broken streams.
 #include <gmock/gmock.h>
 
+#include <cstring>
 #include <fstream>
 #include <thread>
 
@@ -85,6 +86,32 @@ TEST_P(StreamTest, PipelinedReplaysRunInOrder) {
   int64_t expect = 0;
   for (int64_t pos = 1; pos <= 40; ++pos) expect = expect * 2 + pos;
   EXPECT_EQ(Value(), expect);
+}
+
+TEST_P(StreamTest, FuturesDroppedUnreadLeaveTheirRepliesToTheNextReader) {
+  for (int64_t pos = 1; pos <= 10; ++pos) (void)session_->ReplayAsync(*graph_, {x_.get(), pos});
+  auto last = session_->Replay(*graph_, {x_.get(), int64_t{11}}, true);
+  ASSERT_TRUE(last.ok()) << last.status();
+  EXPECT_EQ(Value(), Expected(0, {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11}));
+}
+
+TEST_P(StreamTest, AFutureWaitedOnAnotherThreadGetsItsOwnReply) {
+  std::vector<std::future<absl::StatusOr<ReplayResult>>> futures;
+  for (int64_t pos = 1; pos <= 6; ++pos)
+    futures.push_back(session_->ReplayAsync(*graph_, {x_.get(), pos}, false, {View{x_.get(), 0, 8}}));
+  std::vector<int64_t> seen(futures.size());
+  std::vector<std::thread> waiters;
+  for (size_t i = 0; i < futures.size(); ++i)
+    waiters.emplace_back([&, i] {
+      auto r = futures[i].get();
+      if (r.ok()) std::memcpy(&seen[i], r->reads[0].data(), 8);
+    });
+  for (auto& t : waiters) t.join();
+  int64_t expect = 0;
+  for (size_t i = 0; i < seen.size(); ++i) {
+    expect = expect * 2 + static_cast<int64_t>(i + 1);
+    EXPECT_EQ(seen[i], expect) << "replay " << i + 1;
+  }
 }
 
 TEST_P(StreamTest, MoreThanTheWindowOutstandingAllCompleteInOrder) {
