@@ -13,6 +13,7 @@
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
+#include <thread>
 #include <grpcpp/grpcpp.h>
 
 #include "absl/flags/flag.h"
@@ -25,6 +26,8 @@ ABSL_FLAG(int, runs, 7, "interleaved runs per figure; medians are reported");
 ABSL_FLAG(std::string, placement, "split",
           "split: client on core 0, daemon and baseline server on core 1; any: left to the scheduler");
 ABSL_FLAG(std::string, serve_baseline, "", "internal: serve the baseline service at this address");
+ABSL_FLAG(std::string, baseline_api, "sync",
+          "internal: the server API the baseline serves with: sync (every method), callback or queue (Chat only)");
 
 namespace replayd::bench {
 
@@ -62,6 +65,8 @@ ChildProcess::~ChildProcess() {
 
 namespace {
 
+constexpr size_t kChatReplyBytes = 4096;
+
 class BaselineService final : public Baseline::Service {
  public:
   BaselineService() : chunk_(1 << 20, 'b') {}
@@ -76,7 +81,7 @@ class BaselineService final : public Baseline::Service {
   }
   grpc::Status Chat(grpc::ServerContext*, grpc::ServerReaderWriter<Blob, Blob>* stream) override {
     Blob in, out;
-    out.set_data(chunk_.data(), 4096);
+    out.set_data(chunk_.data(), kChatReplyBytes);
     while (stream->Read(&in))
       if (!stream->Write(out)) break;
     return grpc::Status::OK;
@@ -95,6 +100,78 @@ class BaselineService final : public Baseline::Service {
   std::string chunk_;
 };
 
+// Chat through the callback API: each read answered by a write, then the next read.
+class ChatReactor final : public grpc::ServerBidiReactor<Blob, Blob> {
+ public:
+  explicit ChatReactor(const std::string& reply) {
+    out_.set_data(reply);
+    StartRead(&in_);
+  }
+  void OnReadDone(bool ok) override { ok ? StartWrite(&out_) : Finish(grpc::Status::OK); }
+  void OnWriteDone(bool ok) override { ok ? StartRead(&in_) : Finish(grpc::Status::OK); }
+  void OnDone() override { delete this; }
+
+ private:
+  Blob in_, out_;
+};
+
+class CallbackBaseline final : public Baseline::CallbackService {
+ public:
+  grpc::ServerBidiReactor<Blob, Blob>* Chat(grpc::CallbackServerContext*) override { return new ChatReactor(reply_); }
+
+ private:
+  const std::string reply_ = std::string(kChatReplyBytes, 'b');
+};
+
+// Chat on a completion queue served by one thread of its own: each call moves
+// read -> write -> read until the client closes.
+class QueueBaseline {
+ public:
+  explicit QueueBaseline(grpc::ServerBuilder& builder) : cq_(builder.AddCompletionQueue()) {
+    builder.RegisterService(&service_);
+  }
+  // Serves until the queue is shut down.
+  void Serve() {
+    Accept();
+    void* tag;
+    bool ok;
+    while (cq_->Next(&tag, &ok)) {
+      Call* c = static_cast<Call*>(tag);
+      if (c->state == Call::kAccepting && ok) Accept();
+      if (c->state == Call::kFinishing || (c->state == Call::kAccepting && !ok)) {
+        delete c;
+      } else if (!ok) {
+        c->Go(Call::kFinishing);
+      } else {
+        c->Go(c->state == Call::kReading ? Call::kWriting : Call::kReading);
+      }
+    }
+  }
+  grpc::ServerCompletionQueue& cq() { return *cq_; }
+
+ private:
+  struct Call {
+    enum State { kAccepting, kReading, kWriting, kFinishing } state = kAccepting;
+    grpc::ServerContext context;
+    grpc::ServerAsyncReaderWriter<Blob, Blob> stream{&context};
+    Blob in, out;
+    void Go(State next) {
+      state = next;
+      if (next == kReading) stream.Read(&in, this);
+      if (next == kWriting) stream.Write(out, this);
+      if (next == kFinishing) stream.Finish(grpc::Status::OK, this);
+    }
+  };
+  void Accept() {
+    Call* c = new Call;
+    c->out.set_data(reply_);
+    service_.RequestChat(&c->context, &c->stream, cq_.get(), cq_.get(), c);
+  }
+  Baseline::AsyncService service_;
+  std::unique_ptr<grpc::ServerCompletionQueue> cq_;
+  const std::string reply_ = std::string(kChatReplyBytes, 'b');
+};
+
 }  // namespace
 
 int ServeBaseline(const std::string& address) {
@@ -103,18 +180,47 @@ int ServeBaseline(const std::string& address) {
   sigaddset(&signals, SIGTERM);
   sigaddset(&signals, SIGINT);
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
-  BaselineService service;
+  const std::string api = absl::GetFlag(FLAGS_baseline_api);
+  BaselineService sync;
+  CallbackBaseline callback;
   grpc::ServerBuilder builder;
   builder.AddListeningPort(address, grpc::InsecureServerCredentials());
-  builder.RegisterService(&service);
   builder.SetMaxReceiveMessageSize(20 << 20);
   builder.SetMaxSendMessageSize(20 << 20);
+  std::unique_ptr<QueueBaseline> queue;
+  if (api == "sync") {
+    builder.RegisterService(&sync);
+  } else if (api == "callback") {
+    builder.RegisterService(&callback);
+  } else if (api == "queue") {
+    queue = std::make_unique<QueueBaseline>(builder);
+  } else {
+    return 2;
+  }
   auto server = builder.BuildAndStart();
   if (!server) return 1;
+  std::thread queue_thread;
+  if (queue) queue_thread = std::thread([&] { queue->Serve(); });
   int received;
   sigwait(&signals, &received);
   server->Shutdown(std::chrono::system_clock::now());
+  if (queue) {
+    queue->cq().Shutdown();
+    queue_thread.join();
+  }
   return 0;
+}
+
+std::unique_ptr<ChildProcess> StartBaseline(const std::string& api, std::string* address, int cpu) {
+  *address = absl::StrCat("127.0.0.1:", FreePort());
+  const std::filesystem::path self = std::filesystem::read_symlink("/proc/self/exe");
+  auto child = std::make_unique<ChildProcess>(
+      std::vector<std::string>{self.string(), "--serve_baseline=" + *address, "--baseline_api=" + api}, cpu);
+  if (!WaitForServer(*address, absl::Seconds(20))) {
+    std::fprintf(stderr, "the %s baseline server did not start\n", api.c_str());
+    std::exit(1);
+  }
+  return child;
 }
 
 bool WaitForServer(const std::string& address, absl::Duration timeout) {

@@ -65,6 +65,11 @@ struct BenchServers {
 // exits the process when either does not answer in time.
 std::unique_ptr<BenchServers> StartServers(const std::vector<std::string>& daemon_args);
 
+// Starts a baseline server of this build whose Chat is served through `api` ("sync",
+// "callback" or "queue": a completion queue with one thread of its own), pinned to
+// `cpu` (unless negative); sets `address`. Only the sync one serves the other methods.
+std::unique_ptr<ChildProcess> StartBaseline(const std::string& api, std::string* address, int cpu);
+
 // main() of a bench binary: parses flags, serves the baseline when asked to, else runs
 // `bench`.
 int BenchMain(int argc, char** argv, int (*bench)());

@@ -155,13 +155,51 @@ int Main() {
     return 8 * each / Seconds(Clock::now() - start);
   };
 
+  // The server APIs against each other: the same Chat served by the callback API and by a
+  // completion queue with a thread of its own, each in a server of its own.
+  struct ApiChat {
+    std::string api, address;
+    std::unique_ptr<ChildProcess> server;
+    std::unique_ptr<Baseline::Stub> stub;
+    grpc::ClientContext context;
+    std::unique_ptr<grpc::ClientReaderWriter<Blob, Blob>> chat;
+  };
+  std::vector<std::unique_ptr<ApiChat>> apis;
+  for (const char* api : {"callback", "queue"}) {
+    auto a = std::make_unique<ApiChat>();
+    a->api = api;
+    a->server = StartBaseline(api, &a->address, servers->server_cpu);
+    a->stub = Baseline::NewStub(grpc::CreateChannel(a->address, grpc::InsecureChannelCredentials()));
+    a->chat = a->stub->Chat(&a->context);
+    apis.push_back(std::move(a));
+  }
+  auto api_ping_pong = [&](ApiChat& a) {
+    Blob in, out;
+    return MedianLatencyUs(iterations, [&](int) { return a.chat->Write(in) && a.chat->Read(&out); });
+  };
+  auto api_pipelined = [&](ApiChat& a) {
+    Blob in, out;
+    auto start = Clock::now();
+    std::thread writer([&] {
+      for (int i = 0; i < iterations; ++i) a.chat->Write(in);
+    });
+    for (int i = 0; i < iterations; ++i) a.chat->Read(&out);
+    writer.join();
+    return iterations / Seconds(Clock::now() - start);
+  };
+
   (void)one.Pipelined(200);
   std::vector<double> m = InterleavedMedians(
       {ping_pong, replay_round_trip, stream_pipelined, replay_pipelined, eight_pipelined, in_process, sequence,
-       tiny_pipelined},
+       tiny_pipelined, [&] { return api_ping_pong(*apis[0]); }, [&] { return api_pipelined(*apis[0]); },
+       [&] { return api_ping_pong(*apis[1]); }, [&] { return api_pipelined(*apis[1]); }},
       runs);
   chat->WritesDone();
   chat->Finish();
+  for (auto& a : apis) {
+    a->chat->WritesDone();
+    a->chat->Finish();
+  }
   std::printf("replayd stream benchmarks: a %d-kernel chain over %d floats with variable pos\n", kCalls, kFloats);
   std::printf("client and daemon as separate processes on loopback; placement: %s\n",
               servers->Placement().c_str());
@@ -179,6 +217,10 @@ int Main() {
   std::printf("%-50s %10.0f/s %10.0f/s %7.2fx  %s\n", "pipelined replays of a 1-call graph vs stream",
               m[2], m[7], m[7] / m[2], "");
   std::printf("\nthe chain's device-only rate is %.0f replays/s (%.1f us each)\n", m[5], 1e6 / m[5]);
+  std::printf("\nthe baseline's Chat by server API (each a server of its own)    ping-pong   pipelined\n");
+  std::printf("%-60s %7.1f us %9.0f/s\n", "sync (the daemon's)", m[0], m[2]);
+  std::printf("%-60s %7.1f us %9.0f/s\n", "callback", m[8], m[9]);
+  std::printf("%-60s %7.1f us %9.0f/s\n", "completion queue, one thread", m[10], m[11]);
   eight.clear();
   return 0;
 }
