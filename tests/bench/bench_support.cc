@@ -27,7 +27,8 @@ ABSL_FLAG(std::string, placement, "split",
           "split: client on core 0, daemon and baseline server on core 1; any: left to the scheduler");
 ABSL_FLAG(std::string, serve_baseline, "", "internal: serve the baseline service at this address");
 ABSL_FLAG(std::string, baseline_api, "sync",
-          "internal: the server API the baseline serves with: sync (every method), callback or queue (Chat only)");
+          "internal: the server API the baseline serves with: sync (every method), callback or queue (Chat only), "
+          "mixed (Chat on a completion queue, the rest sync)");
 
 namespace replayd::bench {
 
@@ -67,27 +68,18 @@ namespace {
 
 constexpr size_t kChatReplyBytes = 4096;
 
-class BaselineService final : public Baseline::Service {
+// The baseline's methods but Chat, on the sync API.
+class SyncMethods : public Baseline::Service {
  public:
-  BaselineService() : chunk_(1 << 20, 'b') {}
-  grpc::Status Empty(grpc::ServerContext*, const Nothing*, Nothing*) override {
-    return grpc::Status::OK;
-  }
+  SyncMethods() : chunk_(1 << 20, 'b') {}
+  grpc::Status Empty(grpc::ServerContext*, const Nothing*, Nothing*) override { return grpc::Status::OK; }
   grpc::Status Upload(grpc::ServerContext*, grpc::ServerReader<Blob>* reader, Nothing*) override {
     Blob blob;
     while (reader->Read(&blob)) {
     }
     return grpc::Status::OK;
   }
-  grpc::Status Chat(grpc::ServerContext*, grpc::ServerReaderWriter<Blob, Blob>* stream) override {
-    Blob in, out;
-    out.set_data(chunk_.data(), kChatReplyBytes);
-    while (stream->Read(&in))
-      if (!stream->Write(out)) break;
-    return grpc::Status::OK;
-  }
-  grpc::Status Download(grpc::ServerContext*, const Size* size,
-                        grpc::ServerWriter<Blob>* writer) override {
+  grpc::Status Download(grpc::ServerContext*, const Size* size, grpc::ServerWriter<Blob>* writer) override {
     Blob blob;
     for (uint64_t done = 0; done < size->bytes(); done += chunk_.size()) {
       blob.set_data(chunk_.data(), std::min<uint64_t>(chunk_.size(), size->bytes() - done));
@@ -96,8 +88,19 @@ class BaselineService final : public Baseline::Service {
     return grpc::Status::OK;
   }
 
- private:
+ protected:
   std::string chunk_;
+};
+
+class BaselineService final : public SyncMethods {
+ public:
+  grpc::Status Chat(grpc::ServerContext*, grpc::ServerReaderWriter<Blob, Blob>* stream) override {
+    Blob in, out;
+    out.set_data(chunk_.data(), kChatReplyBytes);
+    while (stream->Read(&in))
+      if (!stream->Write(out)) break;
+    return grpc::Status::OK;
+  }
 };
 
 // Chat through the callback API: each read answered by a write, then the next read.
@@ -124,7 +127,9 @@ class CallbackBaseline final : public Baseline::CallbackService {
 };
 
 // Chat on a completion queue served by one thread of its own: each call moves
-// read -> write -> read until the client closes.
+// read -> write -> read until the client closes. `Service` has Chat async; any other
+// method it serves keeps its API.
+template <typename Service>
 class QueueBaseline {
  public:
   explicit QueueBaseline(grpc::ServerBuilder& builder) : cq_(builder.AddCompletionQueue()) {
@@ -167,7 +172,7 @@ class QueueBaseline {
     c->out.set_data(reply_);
     service_.RequestChat(&c->context, &c->stream, cq_.get(), cq_.get(), c);
   }
-  Baseline::AsyncService service_;
+  Service service_;
   std::unique_ptr<grpc::ServerCompletionQueue> cq_;
   const std::string reply_ = std::string(kChatReplyBytes, 'b');
 };
@@ -187,13 +192,16 @@ int ServeBaseline(const std::string& address) {
   builder.AddListeningPort(address, grpc::InsecureServerCredentials());
   builder.SetMaxReceiveMessageSize(20 << 20);
   builder.SetMaxSendMessageSize(20 << 20);
-  std::unique_ptr<QueueBaseline> queue;
+  std::unique_ptr<QueueBaseline<Baseline::AsyncService>> queue;
+  std::unique_ptr<QueueBaseline<Baseline::WithAsyncMethod_Chat<SyncMethods>>> mixed;
   if (api == "sync") {
     builder.RegisterService(&sync);
   } else if (api == "callback") {
     builder.RegisterService(&callback);
   } else if (api == "queue") {
-    queue = std::make_unique<QueueBaseline>(builder);
+    queue = std::make_unique<QueueBaseline<Baseline::AsyncService>>(builder);
+  } else if (api == "mixed") {
+    mixed = std::make_unique<QueueBaseline<Baseline::WithAsyncMethod_Chat<SyncMethods>>>(builder);
   } else {
     return 2;
   }
@@ -201,13 +209,13 @@ int ServeBaseline(const std::string& address) {
   if (!server) return 1;
   std::thread queue_thread;
   if (queue) queue_thread = std::thread([&] { queue->Serve(); });
+  if (mixed) queue_thread = std::thread([&] { mixed->Serve(); });
   int received;
   sigwait(&signals, &received);
   server->Shutdown(std::chrono::system_clock::now());
-  if (queue) {
-    queue->cq().Shutdown();
-    queue_thread.join();
-  }
+  if (queue) queue->cq().Shutdown();
+  if (mixed) mixed->cq().Shutdown();
+  if (queue_thread.joinable()) queue_thread.join();
   return 0;
 }
 

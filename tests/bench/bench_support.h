@@ -66,8 +66,9 @@ struct BenchServers {
 std::unique_ptr<BenchServers> StartServers(const std::vector<std::string>& daemon_args);
 
 // Starts a baseline server of this build whose Chat is served through `api` ("sync",
-// "callback" or "queue": a completion queue with one thread of its own), pinned to
-// `cpu` (unless negative); sets `address`. Only the sync one serves the other methods.
+// "callback", "queue": a completion queue with one thread of its own, or "mixed": that
+// queue beside the other methods on the sync API), pinned to `cpu` (unless negative);
+// sets `address`. Only "sync" and "mixed" serve the other methods.
 std::unique_ptr<ChildProcess> StartBaseline(const std::string& api, std::string* address, int cpu);
 
 // main() of a bench binary: parses flags, serves the baseline when asked to, else runs

@@ -155,8 +155,9 @@ int Main() {
     return 8 * each / Seconds(Clock::now() - start);
   };
 
-  // The server APIs against each other: the same Chat served by the callback API and by a
-  // completion queue with a thread of its own, each in a server of its own.
+  // The server APIs against each other: the same Chat served by the callback API, by a
+  // completion queue with a thread of its own, and by that queue in a server whose other
+  // methods are sync (as the daemon's would be), each in a server of its own.
   struct ApiChat {
     std::string api, address;
     std::unique_ptr<ChildProcess> server;
@@ -165,7 +166,7 @@ int Main() {
     std::unique_ptr<grpc::ClientReaderWriter<Blob, Blob>> chat;
   };
   std::vector<std::unique_ptr<ApiChat>> apis;
-  for (const char* api : {"callback", "queue"}) {
+  for (const char* api : {"callback", "queue", "mixed"}) {
     auto a = std::make_unique<ApiChat>();
     a->api = api;
     a->server = StartBaseline(api, &a->address, servers->server_cpu);
@@ -192,7 +193,8 @@ int Main() {
   std::vector<double> m = InterleavedMedians(
       {ping_pong, replay_round_trip, stream_pipelined, replay_pipelined, eight_pipelined, in_process, sequence,
        tiny_pipelined, [&] { return api_ping_pong(*apis[0]); }, [&] { return api_pipelined(*apis[0]); },
-       [&] { return api_ping_pong(*apis[1]); }, [&] { return api_pipelined(*apis[1]); }},
+       [&] { return api_ping_pong(*apis[1]); }, [&] { return api_pipelined(*apis[1]); },
+       [&] { return api_ping_pong(*apis[2]); }, [&] { return api_pipelined(*apis[2]); }},
       runs);
   chat->WritesDone();
   chat->Finish();
@@ -221,6 +223,7 @@ int Main() {
   std::printf("%-60s %7.1f us %9.0f/s\n", "sync (the daemon's)", m[0], m[2]);
   std::printf("%-60s %7.1f us %9.0f/s\n", "callback", m[8], m[9]);
   std::printf("%-60s %7.1f us %9.0f/s\n", "completion queue, one thread", m[10], m[11]);
+  std::printf("%-60s %7.1f us %9.0f/s\n", "completion queue beside sync methods", m[12], m[13]);
   eight.clear();
   return 0;
 }
