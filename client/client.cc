@@ -29,6 +29,14 @@ absl::StatusOr<Submitted> SessionCore::Submit(v1::SessionRequest& request, Sessi
   }
 }
 
+absl::Status SessionCore::Run(v1::SessionRequest& request, SessionStream::DoneFn done,
+                              SessionStream::PartialFn partial) {
+  absl::StatusOr<Submitted> sent = Submit(request, std::move(done), std::move(partial));
+  if (!sent.ok()) return sent.status();
+  sent->stream->Await(sent->seq);
+  return absl::OkStatus();
+}
+
 void SessionCore::CloseStream() {
   std::shared_ptr<SessionStream> s;
   {
@@ -387,7 +395,8 @@ absl::StatusOr<ReplayResult> Session::ReplayUnary(const Graph& graph, const std:
 namespace {
 
 // The done callback of a replay: its result, or the failure, into `out`.
-SessionStream::DoneFn ReplayDone(std::function<void(absl::StatusOr<ReplayResult>)> out) {
+template <typename Out>
+SessionStream::DoneFn ReplayDone(Out out) {
   return [out = std::move(out)](absl::StatusOr<v1::SessionReply> reply) {
     if (!reply.ok()) return out(reply.status());
     if (reply->code() != 0) return out(ReplyStatus(*reply));
@@ -421,10 +430,9 @@ absl::StatusOr<ReplayResult> Session::Replay(const Graph& graph, const std::vect
   v1::SessionRequest request;
   ReplayToProto(graph, params, wait, reads, request.mutable_replay());
   absl::StatusOr<ReplayResult> result = absl::UnknownError("no reply");
-  absl::StatusOr<client_internal::Submitted> sent =
-      core_->Submit(request, ReplayDone([&result](absl::StatusOr<ReplayResult> r) { result = std::move(r); }));
-  if (!sent.ok()) return sent.status();
-  sent->stream->Await(sent->seq);
+  absl::Status ran =
+      core_->Run(request, ReplayDone([&result](absl::StatusOr<ReplayResult> r) { result = std::move(r); }));
+  if (!ran.ok()) return ran;
   return result;
 }
 
@@ -446,7 +454,7 @@ absl::StatusOr<SequenceResult> Session::ReplaySequence(const Graph& graph, const
     return reads;
   };
   absl::StatusOr<SequenceResult> result = absl::UnknownError("no reply");
-  absl::StatusOr<client_internal::Submitted> sent = core_->Submit(
+  absl::Status ran = core_->Run(
       request,
       [&](absl::StatusOr<v1::SessionReply> reply) {
         if (!reply.ok()) return void(result = reply.status());
@@ -464,8 +472,7 @@ absl::StatusOr<SequenceResult> Session::ReplaySequence(const Graph& graph, const
         v1::ReplaySequenceReply r = partial.sequence();
         on_reads(r.index(), to_reads(r));
       });
-  if (!sent.ok()) return sent.status();
-  sent->stream->Await(sent->seq);
+  if (!ran.ok()) return ran;
   return result;
 }
 

@@ -46,6 +46,8 @@ struct SessionCore {
   // `partial` as in SessionStream::Submit; on an error here `done` is not called.
   absl::StatusOr<Submitted> Submit(v1::SessionRequest& request, SessionStream::DoneFn done,
                                    SessionStream::PartialFn partial = nullptr);
+  // Submit, then wait for the operation on this thread: `done` has run when it returns OK.
+  absl::Status Run(v1::SessionRequest& request, SessionStream::DoneFn done, SessionStream::PartialFn partial = nullptr);
   // Ends the stream once its outstanding operations have completed.
   void CloseStream();
 

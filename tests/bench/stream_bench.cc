@@ -94,6 +94,27 @@ class InProcessChain {
   ReplaySequenceOp seq_;
 };
 
+using Chat = grpc::ClientReaderWriter<Blob, Blob>;
+
+// The median round trip of `iterations` empty messages each answered with 4 KiB.
+double PingPongUs(Chat& chat, int iterations) {
+  Blob in, out;
+  return MedianLatencyUs(iterations, [&](int) { return chat.Write(in) && chat.Read(&out); });
+}
+
+// Messages/s of `iterations` empty messages written by one thread while another reads
+// the answers.
+double PipelinedPerSecond(Chat& chat, int iterations) {
+  Blob in, out;
+  auto start = Clock::now();
+  std::thread writer([&] {
+    for (int i = 0; i < iterations; ++i) chat.Write(in);
+  });
+  for (int i = 0; i < iterations; ++i) chat.Read(&out);
+  writer.join();
+  return iterations / Seconds(Clock::now() - start);
+}
+
 int Main() {
   const int runs = absl::GetFlag(FLAGS_runs), iterations = absl::GetFlag(FLAGS_iterations);
   const int sequence_n = iterations;
@@ -108,26 +129,14 @@ int Main() {
   ChainSession one = ChainSession::Open(daemon_addr);
   const std::vector<client::View> read = {client::View{one.x.get(), 0, 4096}};
 
-  auto ping_pong = [&] {
-    Blob in, out;
-    return MedianLatencyUs(iterations, [&](int) { return chat->Write(in) && chat->Read(&out); });
-  };
+  auto ping_pong = [&] { return PingPongUs(*chat, iterations); };
   auto replay_round_trip = [&] {
     return MedianLatencyUs(iterations, [&](int) {
       auto r = one.session->Replay(*one.graph, {one.x.get(), int64_t{3}}, true, read);
       return r.ok() && r->reads[0].size() == 4096;
     });
   };
-  auto stream_pipelined = [&] {
-    Blob in, out;
-    auto start = Clock::now();
-    std::thread writer([&] {
-      for (int i = 0; i < iterations; ++i) chat->Write(in);
-    });
-    for (int i = 0; i < iterations; ++i) chat->Read(&out);
-    writer.join();
-    return iterations / Seconds(Clock::now() - start);
-  };
+  auto stream_pipelined = [&] { return PipelinedPerSecond(*chat, iterations); };
   auto replay_pipelined = [&] { return one.Pipelined(iterations); };
   auto sequence = [&] {
     client::SequenceSpec spec;
@@ -159,35 +168,22 @@ int Main() {
   // completion queue with a thread of its own, and by that queue in a server whose other
   // methods are sync (as the daemon's would be), each in a server of its own.
   struct ApiChat {
-    std::string api, address;
+    std::string address;
     std::unique_ptr<ChildProcess> server;
     std::unique_ptr<Baseline::Stub> stub;
     grpc::ClientContext context;
-    std::unique_ptr<grpc::ClientReaderWriter<Blob, Blob>> chat;
+    std::unique_ptr<Chat> chat;
   };
   std::vector<std::unique_ptr<ApiChat>> apis;
   for (const char* api : {"callback", "queue", "mixed"}) {
     auto a = std::make_unique<ApiChat>();
-    a->api = api;
     a->server = StartBaseline(api, &a->address, servers->server_cpu);
     a->stub = Baseline::NewStub(grpc::CreateChannel(a->address, grpc::InsecureChannelCredentials()));
     a->chat = a->stub->Chat(&a->context);
     apis.push_back(std::move(a));
   }
-  auto api_ping_pong = [&](ApiChat& a) {
-    Blob in, out;
-    return MedianLatencyUs(iterations, [&](int) { return a.chat->Write(in) && a.chat->Read(&out); });
-  };
-  auto api_pipelined = [&](ApiChat& a) {
-    Blob in, out;
-    auto start = Clock::now();
-    std::thread writer([&] {
-      for (int i = 0; i < iterations; ++i) a.chat->Write(in);
-    });
-    for (int i = 0; i < iterations; ++i) a.chat->Read(&out);
-    writer.join();
-    return iterations / Seconds(Clock::now() - start);
-  };
+  auto api_ping_pong = [&](ApiChat& a) { return PingPongUs(*a.chat, iterations); };
+  auto api_pipelined = [&](ApiChat& a) { return PipelinedPerSecond(*a.chat, iterations); };
 
   (void)one.Pipelined(200);
   std::vector<double> m = InterleavedMedians(
