@@ -89,8 +89,7 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(DaemonOptions options) {
   if (!engine.ok()) return engine.status();
   daemon->engine_ = std::move(*engine);
   daemon->engine_->ConfigureTenants(daemon->auth_->configs());
-  daemon->service_ =
-      std::make_unique<ReplaydService>(daemon->engine_.get(), daemon->auth_.get(), options.stream_window);
+  daemon->service_ = std::make_unique<ReplaydService>(daemon->engine_.get(), daemon->auth_.get());
   daemon->admin_ = std::make_unique<AdminService>(daemon->engine_.get(), daemon->auth_.get());
 
   absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> credentials = ServerCredentials(options);
@@ -103,8 +102,11 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(DaemonOptions options) {
   // Program code may be up to 16 MiB; transfers use chunks of at most 1 MiB.
   builder.SetMaxReceiveMessageSize(20 << 20);
   builder.SetMaxSendMessageSize(20 << 20);
+  daemon->streams_ = std::make_unique<SessionStreamServer>(*daemon->engine_, *daemon->auth_, *daemon->service_,
+                                                           options.streams, builder);
   daemon->server_ = builder.BuildAndStart();
   if (!daemon->server_ || port == 0) return absl::UnavailableError(absl::StrCat("cannot listen on ", options.listen));
+  daemon->streams_->Start();
   std::string host = options.listen.substr(0, options.listen.rfind(':'));
   daemon->address_ = absl::StrCat(host, ":", port);
   spdlog::info("listening on {}", daemon->address_);
@@ -119,6 +121,7 @@ absl::Status Daemon::ReloadTenants() {
 
 void Daemon::Shutdown(absl::Duration grace) {
   if (server_) server_->Shutdown(absl::ToChronoTime(absl::Now() + grace));
+  if (streams_) streams_->Stop();
 }
 
 Daemon::~Daemon() {

@@ -48,7 +48,7 @@ struct DaemonOptions {
 #ifdef REPLAYD_WITH_HIP
   HipDriverOptions hip;
 #endif
-  size_t stream_window = 8;            // Session stream read-ahead; 0 runs each request as it is read
+  SessionStreamOptions streams;        // Session streams: window and polling threads
   std::filesystem::path tenants_file;  // empty: one tenant, default, without authentication
   // TLS: a PEM certificate chain and key; with a client CA, clients must present a
   // certificate it signed (mutual TLS). Empty: plaintext.
@@ -86,6 +86,8 @@ class Daemon {
   std::unique_ptr<Engine> engine_;
   std::unique_ptr<ReplaydService> service_;
   std::unique_ptr<AdminService> admin_;
+  // Destroyed after the server, as its completion queue must be.
+  std::unique_ptr<SessionStreamServer> streams_;
   std::unique_ptr<grpc::Server> server_;
   std::string address_;
 };

@@ -35,8 +35,10 @@ ABSL_FLAG(int, graph_batch, 32, "calls in a graph's first batch; each later batc
 ABSL_FLAG(int, graph_cache_graphs, 256, "graphs one tenant may keep cached per device");
 ABSL_FLAG(uint64_t, graph_cache_bytes, uint64_t{1} << 30, "arena bytes one tenant may keep cached per device");
 ABSL_FLAG(int, stream_window, 8,
-          "Session stream requests read ahead of execution per stream; 0 reads each after the "
-          "previous one has been answered");
+          "Session stream operations read ahead of their replies per stream; 0 or 1 reads each request "
+          "after the previous one has been answered");
+ABSL_FLAG(int, stream_threads, 2,
+          "threads polling the Session streams; all but one may run a request as they receive it");
 ABSL_FLAG(std::string, tenants, "", "tenants file (protobuf text, see tenants.proto); reloaded on SIGHUP");
 ABSL_FLAG(bool, allow_remote_without_tenants, false,
           "serve a non-loopback --listen address without --tenants (no authentication)");
@@ -122,7 +124,12 @@ int main(int argc, char** argv) {
     spdlog::error("--stream_window must be in [0, 65536]");
     return 2;
   }
-  options.stream_window = absl::GetFlag(FLAGS_stream_window);
+  if (absl::GetFlag(FLAGS_stream_threads) < 2 || absl::GetFlag(FLAGS_stream_threads) > 256) {
+    spdlog::error("--stream_threads must be in [2, 256]");
+    return 2;
+  }
+  options.streams.window = absl::GetFlag(FLAGS_stream_window);
+  options.streams.threads = absl::GetFlag(FLAGS_stream_threads);
   options.engine.graph_cache.max_graphs = absl::GetFlag(FLAGS_graph_cache_graphs);
   options.engine.graph_cache.max_bytes = absl::GetFlag(FLAGS_graph_cache_bytes);
 

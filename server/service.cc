@@ -1,7 +1,6 @@
 #include "server/service.h"
 
 #include "absl/strings/str_cat.h"
-#include "server/session_stream.h"
 #include "server/status.h"
 #include "server/translate.h"
 
@@ -239,13 +238,6 @@ grpc::Status ReplaydService::GraphInfo(grpc::ServerContext* context, const v1::G
   if (!info.ok()) return ToGrpc(info.status());
   ToProto(*info, reply);
   return grpc::Status::OK;
-}
-
-grpc::Status ReplaydService::Session(grpc::ServerContext* context,
-                                     grpc::ServerReaderWriter<v1::SessionReply, v1::SessionRequest>* stream) {
-  absl::StatusOr<std::shared_ptr<const Tenant>> caller = Caller(context);
-  if (!caller.ok()) return ToGrpc(caller.status());
-  return ServeSessionStream(*engine_, (*caller)->name, stream_window_, context, stream);
 }
 
 }  // namespace replayd

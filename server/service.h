@@ -8,6 +8,7 @@
 
 #include "engine/engine.h"
 #include "server/authenticator.h"
+#include "server/session_stream.h"
 #include "replayd/v1/replayd.grpc.pb.h"
 
 namespace replayd {
@@ -15,12 +16,11 @@ namespace replayd {
 // Largest chunk of a WriteBuffer or ReadBuffer stream.
 inline constexpr size_t kMaxChunkBytes = 1 << 20;
 
-class ReplaydService final : public v1::Replayd::Service {
+// The Session method is served by SessionStreamServer.
+class ReplaydService final : public SessionStreamService {
  public:
-  // `engine` must outlive the service.
-  // `engine` and `auth` must outlive the service. `stream_window`: see ServeSessionStream.
-  ReplaydService(Engine* engine, const Authenticator* auth, size_t stream_window)
-      : engine_(engine), auth_(auth), stream_window_(stream_window) {}
+  // `engine` and `auth` must outlive the service.
+  ReplaydService(Engine* engine, const Authenticator* auth) : engine_(engine), auth_(auth) {}
 
   grpc::Status ListDevices(grpc::ServerContext*, const v1::ListDevicesRequest*,
                            v1::ListDevicesReply*) override;
@@ -59,8 +59,6 @@ class ReplaydService final : public v1::Replayd::Service {
                          v1::FreeGraphReply*) override;
   grpc::Status GraphInfo(grpc::ServerContext*, const v1::GraphInfoRequest*,
                          v1::GraphReply*) override;
-  grpc::Status Session(grpc::ServerContext*,
-                       grpc::ServerReaderWriter<v1::SessionReply, v1::SessionRequest>*) override;
 
  private:
   // The caller's tenant, from the call's bearer token; UNAUTHENTICATED without one.
@@ -70,7 +68,6 @@ class ReplaydService final : public v1::Replayd::Service {
 
   Engine* const engine_;
   const Authenticator* const auth_;
-  const size_t stream_window_;
 };
 
 }  // namespace replayd

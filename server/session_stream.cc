@@ -1,16 +1,16 @@
 #include "server/session_stream.h"
 
-#include <google/protobuf/arena.h>
-
-#include <chrono>
+#include <algorithm>
 #include <deque>
 #include <memory>
-#include <thread>
-#include <vector>
+#include <optional>
+#include <string>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "server/service.h"
+#include "server/status.h"
 #include "server/translate.h"
 
 namespace replayd {
@@ -21,10 +21,21 @@ void SetStatus(const absl::Status& s, v1::SessionReply& reply) {
   reply.set_message(std::string(s.message()));
 }
 
+// Where an operation sends the replies that come before its last (a sequence's reads).
+class ReplySink {
+ public:
+  virtual ~ReplySink() = default;
+  // An empty reply to fill.
+  virtual std::unique_ptr<v1::SessionReply> NewReply() = 0;
+  // Queues `reply` for writing; waits while the stream has too many unsent. CANCELLED
+  // once the stream has broken.
+  virtual absl::Status Send(std::unique_ptr<v1::SessionReply> reply) = 0;
+};
+
 // Runs one operation; fills `reply` (seq, final and the status are the caller's).
 class StreamOps {
  public:
-  StreamOps(grpc::ServerReaderWriter<v1::SessionReply, v1::SessionRequest>* stream) : stream_(stream) {}
+  explicit StreamOps(ReplySink& sink) : sink_(sink) {}
 
   absl::Status Run(Session& session, const v1::SessionRequest& request, v1::SessionReply& reply) {
     switch (request.op_case()) {
@@ -80,18 +91,16 @@ class StreamOps {
     absl::StatusOr<ReplaySequenceOp> op = FromProto(request.replay_sequence());
     if (!op.ok()) return op.status();
     const uint64_t last = op->vectors.empty() ? op->count - 1 : op->vectors.size() - 1;
-    v1::SessionReply& step = *google::protobuf::Arena::CreateMessage<v1::SessionReply>(reply.GetArena());
     absl::StatusOr<SequenceResult> r =
         session.ReplaySequence(*op, [&](uint64_t index, const ReplayResult& result) -> absl::Status {
-          v1::ReplaySequenceReply* out = (index == last ? reply : step).mutable_sequence();
+          std::unique_ptr<v1::SessionReply> step = index == last ? nullptr : sink_.NewReply();
+          v1::ReplaySequenceReply* out = (step ? *step : reply).mutable_sequence();
           out->set_index(static_cast<uint32_t>(index));
-          out->clear_reads();
           for (const std::string& bytes : result.reads) out->add_reads(bytes);
-          if (index == last) return absl::OkStatus();
-          step.set_seq(request.seq());
-          step.set_final(false);
-          if (!stream_->Write(step)) return absl::CancelledError("the stream broke");
-          return absl::OkStatus();
+          if (!step) return absl::OkStatus();
+          step->set_seq(request.seq());
+          step->set_final(false);
+          return sink_.Send(std::move(step));
         });
     if (!r.ok()) return r.status();
     reply.mutable_sequence()->set_replays(static_cast<uint32_t>(r->replays));
@@ -99,7 +108,7 @@ class StreamOps {
     return absl::OkStatus();
   }
 
-  grpc::ServerReaderWriter<v1::SessionReply, v1::SessionRequest>* stream_;
+  ReplySink& sink_;
   ReplayOp replay_op_;
   ReplayResult replay_result_;
 };
@@ -107,9 +116,8 @@ class StreamOps {
 // The per-stream state: its session, and whether a failure cancels what follows.
 class StreamRunner {
  public:
-  StreamRunner(Engine& engine, absl::string_view tenant,
-               grpc::ServerReaderWriter<v1::SessionReply, v1::SessionRequest>* stream)
-      : engine_(engine), tenant_(tenant), ops_(stream) {}
+  StreamRunner(Engine& engine, std::string tenant, ReplySink& sink)
+      : engine_(engine), tenant_(std::move(tenant)), ops_(sink) {}
 
   // Runs `request` and fills `reply` with its answer.
   void Handle(const v1::SessionRequest& request, v1::SessionReply& reply) {
@@ -145,7 +153,7 @@ class StreamRunner {
 
  private:
   Engine& engine_;
-  const absl::string_view tenant_;
+  const std::string tenant_;
   StreamOps ops_;
   std::shared_ptr<Session> session_;
   // After a failed operation without continue_on_error: set, with the seq that failed.
@@ -153,157 +161,385 @@ class StreamRunner {
   uint64_t failed_seq_ = 0;
 };
 
-// A Read that returns sooner found its request already received: the client is pipelining.
-constexpr std::chrono::microseconds kPipelinedRead(20);
-
-// Requests read ahead of execution, at most `window` of them, and which thread runs the
-// next one. The executor runs what was read ahead; a request read while the executor is
-// idle and nothing waits runs at once on the reading thread, so a lone round trip pays no
-// thread hop. One operation runs at a time either way, in the order read.
-class ReadAhead {
+// A message the stream keeps for its next operation; large ones are freed instead.
+template <typename Message>
+class Recycler {
  public:
-  explicit ReadAhead(size_t window) : window_(window) {}
-  // True when the reading thread may run its request now: nothing is queued or running.
-  // It then holds the turn until Done.
-  bool TryRunHere() {
-    absl::MutexLock lock(&mu_);
-    if (stopped_ || running_ || !queue_.empty()) return false;
-    running_ = true;
-    return true;
+  std::unique_ptr<Message> Take() {
+    if (free_.empty()) return std::make_unique<Message>();
+    std::unique_ptr<Message> m = std::move(free_.back());
+    free_.pop_back();
+    return m;
   }
-  // False once the consumer has stopped.
-  bool Push(std::unique_ptr<v1::SessionRequest> r) {
-    absl::MutexLock lock(&mu_);
-    auto room = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return stopped_ || queue_.size() < window_; };
-    mu_.Await(absl::Condition(&room));
-    if (stopped_) return false;
-    queue_.push_back(std::move(r));
-    return true;
-  }
-  // The next request, holding the turn until Done; null once the producer has finished
-  // and the queue is empty, or the stream has stopped.
-  std::unique_ptr<v1::SessionRequest> Pop() {
-    absl::MutexLock lock(&mu_);
-    auto ready = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-      return stopped_ || (!running_ && (finished_ || !queue_.empty()));
-    };
-    mu_.Await(absl::Condition(&ready));
-    if (stopped_ || queue_.empty()) return nullptr;
-    std::unique_ptr<v1::SessionRequest> r = std::move(queue_.front());
-    queue_.pop_front();
-    running_ = true;
-    return r;
-  }
-  void Done() {
-    absl::MutexLock lock(&mu_);
-    running_ = false;
-  }
-  void Finish() {
-    absl::MutexLock lock(&mu_);
-    finished_ = true;
-  }
-  void Stop() {
-    absl::MutexLock lock(&mu_);
-    stopped_ = true;
-    queue_.clear();
-  }
-  // True when a request is waiting: its reply will follow this one.
-  bool HasMore() {
-    absl::MutexLock lock(&mu_);
-    return !queue_.empty();
+  void Give(std::unique_ptr<Message> m) {
+    if (!m || free_.size() >= kKeep || m->ByteSizeLong() > kMaxBytes) return;
+    m->Clear();
+    free_.push_back(std::move(m));
   }
 
  private:
-  const size_t window_;
-  absl::Mutex mu_;
-  std::deque<std::unique_ptr<v1::SessionRequest>> queue_ ABSL_GUARDED_BY(mu_);
-  bool running_ ABSL_GUARDED_BY(mu_) = false;  // an operation holds the turn
-  bool finished_ ABSL_GUARDED_BY(mu_) = false;
-  bool stopped_ ABSL_GUARDED_BY(mu_) = false;
+  static constexpr size_t kKeep = 4;
+  static constexpr size_t kMaxBytes = 64 << 10;
+  std::vector<std::unique_ptr<Message>> free_;
 };
 
-// Each operation's reply lives in an arena of its own, made on a block the stream keeps:
-// a small reply allocates nothing, and nothing builds up over a long stream (an arena
-// frees nothing before it is destroyed, so one arena for the stream's life would grow
-// with every reply).
-class ReplyArena {
- public:
-  ReplyArena() : block_(kBlockBytes) {
-    options_.initial_block = block_.data();
-    options_.initial_block_size = block_.size();
-  }
-  const google::protobuf::ArenaOptions& options() const { return options_; }
-
- private:
-  static constexpr size_t kBlockBytes = 64 << 10;
-  std::vector<char> block_;
-  google::protobuf::ArenaOptions options_;
-};
+bool IsSequence(const v1::SessionRequest& request) {
+  return request.op_case() == v1::SessionRequest::kReplaySequence;
+}
 
 }  // namespace
 
-grpc::Status ServeSessionStream(Engine& engine, absl::string_view tenant, size_t window, grpc::ServerContext* context,
-                                grpc::ServerReaderWriter<v1::SessionReply, v1::SessionRequest>* stream) {
-  StreamRunner runner(engine, tenant, stream);
-  ReplyArena block;
-  if (window == 0) {
-    v1::SessionRequest request;
-    while (stream->Read(&request)) {
-      google::protobuf::Arena arena(block.options());
-      v1::SessionReply& reply = *google::protobuf::Arena::CreateMessage<v1::SessionReply>(&arena);
-      runner.Handle(request, reply);
-      if (!stream->Write(reply)) break;
-    }
-    return grpc::Status::OK;
-  }
-  ReadAhead ahead(window);
-  // Runs one operation holding the turn and answers it; false when the stream is done for.
-  // `check_cancel`: a request that waited in the queue runs only if the stream still
-  // stands (the check is a poll of the call, so a request just read skips it).
-  auto run = [&](const v1::SessionRequest& request, bool check_cancel) {
-    bool ok = !check_cancel || !context->IsCancelled();
-    if (ok) {
-      google::protobuf::Arena arena(block.options());
-      v1::SessionReply& reply = *google::protobuf::Arena::CreateMessage<v1::SessionReply>(&arena);
-      runner.Handle(request, reply);
-      // With more requests read, the transport may hold this reply and send it with the
-      // next; the reply to the last request read is sent at once.
-      grpc::WriteOptions options;
-      if (ahead.HasMore()) options.set_buffer_hint();
-      ok = stream->Write(reply, options);
-    }
-    if (!ok) {
-      // Nothing more of this stream runs: drop what was read ahead, unblock the reader.
-      ahead.Stop();
-      context->TryCancel();
-    }
-    ahead.Done();
-    return ok;
+// One Session call, from the wait for it to its end. gRPC's completions for it come back
+// as Events; each outstanding completion, and each thread holding the turn, holds a
+// reference, and the last one released deletes the stream.
+class SessionStream final : public ReplySink {
+ public:
+  enum Kind { kNewCall, kRead, kWrite, kFinish, kDone };
+  struct Event {
+    SessionStream* stream;
+    Kind kind;
   };
-  std::thread reader([&] {
-    for (;;) {
-      auto request = std::make_unique<v1::SessionRequest>();
-      const auto asked = std::chrono::steady_clock::now();
-      if (!stream->Read(request.get())) {
-        // A broken stream runs nothing it had queued; one the client closed runs it all.
-        if (context->IsCancelled()) ahead.Stop();
+
+  explicit SessionStream(SessionStreamServer& server)
+      : server_(server), window_(std::max<size_t>(server.options_.window, 1)) {}
+
+  // Waits for the next Session call.
+  void Request() {
+    context_.AsyncNotifyWhenDone(&done_);
+    server_.service_.RequestSession(&context_, &io_, server_.queue_.get(), server_.queue_.get(), &new_call_);
+  }
+
+  // Handles a completion; `ok` is gRPC's flag for it.
+  void On(Kind kind, bool ok) {
+    switch (kind) {
+      case kNewCall:
+        OnNewCall(ok);
         break;
-      }
-      // A request that was waiting already is part of a pipeline: it goes to the queue, so
-      // that reading ahead goes on. One the stream had to wait for runs here.
-      const bool waited = std::chrono::steady_clock::now() - asked > kPipelinedRead;
-      if (waited && ahead.TryRunHere()) {
-        if (!run(*request, /*check_cancel=*/false)) break;
-        continue;
-      }
-      if (!ahead.Push(std::move(request))) break;
+      case kRead:
+        OnRead(ok);
+        break;
+      case kWrite:
+        OnWrite(ok);
+        break;
+      case kDone:
+        OnDone();
+        break;
+      case kFinish:
+        break;
     }
-    ahead.Finish();
-  });
-  while (std::unique_ptr<v1::SessionRequest> request = ahead.Pop())
-    if (!run(*request, /*check_cancel=*/true)) break;
-  reader.join();
-  return grpc::Status::OK;
+    Release();
+  }
+
+  std::unique_ptr<v1::SessionReply> NewReply() override {
+    absl::MutexLock lock(&mu_);
+    return free_replies_.Take();
+  }
+
+  absl::Status Send(std::unique_ptr<v1::SessionReply> reply) override {
+    Io io;
+    {
+      absl::MutexLock lock(&mu_);
+      auto room = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return broken_ || replies_.size() < window_; };
+      mu_.Await(absl::Condition(&room));
+      if (broken_) {
+        free_replies_.Give(std::move(reply));
+        return absl::CancelledError("the stream broke");
+      }
+      replies_.push_back({std::move(reply), false});
+      StartWrite(io);
+    }
+    Start(io);
+    return absl::OkStatus();
+  }
+
+ private:
+  struct Reply {
+    std::unique_ptr<v1::SessionReply> message;
+    bool final = false;  // the last reply of its operation
+  };
+  // gRPC operations decided under the lock, started after it is released (starting one
+  // may send at once, and its completion may reach another thread that needs the lock).
+  // A write starts before a read (see OnRead).
+  struct Io {
+    v1::SessionRequest* read = nullptr;
+    const v1::SessionReply* write = nullptr;
+    grpc::WriteOptions write_options;
+    std::optional<grpc::Status> finish;
+  };
+
+  void Start(const Io& io) {
+    if (io.write) io_.Write(*io.write, io.write_options, &write_);
+    if (io.read) io_.Read(io.read, &read_);
+    if (io.finish) io_.Finish(*io.finish, &finish_);
+  }
+
+  void OnNewCall(bool ok) {
+    if (!ok) {
+      // The server is shutting down: no call, and no done event will come.
+      absl::MutexLock lock(&mu_);
+      --refs_;
+      return;
+    }
+    server_.Accept();
+    absl::StatusOr<std::shared_ptr<const Tenant>> caller = server_.auth_.Authenticate(context_);
+    Io io;
+    {
+      absl::MutexLock lock(&mu_);
+      if (!caller.ok()) {
+        read_closed_ = finishing_ = true;
+        ++refs_;
+        io.finish = ToGrpc(caller.status());
+      } else {
+        runner_.emplace(server_.engine_, (*caller)->name, *this);
+        StartRead(io);
+      }
+    }
+    Start(io);
+  }
+
+  void OnRead(bool ok) {
+    bool run_here = false;
+    Io io;
+    {
+      absl::MutexLock lock(&mu_);
+      std::unique_ptr<v1::SessionRequest> request = std::move(reading_);
+      if (!ok || broken_) {
+        // The client has finished sending, or the stream broke.
+        read_closed_ = true;
+        free_requests_.Give(std::move(request));
+        MaybeFinish(io);
+      } else {
+        ++unanswered_;
+        requests_.push_back(std::move(request));
+        // A request run here reads the next after its reply's write has started: gRPC
+        // announces the stream's window when a read starts, and then the announcement
+        // goes out with the reply instead of in a packet of its own that would wake the
+        // client once more per round trip. A request queued behind a running one reads
+        // ahead at once.
+        run_here = TakeTurn();
+        if (!run_here) StartRead(io);
+      }
+    }
+    Start(io);
+    if (run_here) Drain(/*inline_slot=*/true);
+  }
+
+  void OnWrite(bool ok) {
+    Io io;
+    {
+      absl::MutexLock lock(&mu_);
+      Reply written = std::move(writing_);
+      free_replies_.Give(std::move(written.message));
+      if (!ok) {
+        Break();
+      } else {
+        if (written.final) --unanswered_;
+        StartWrite(io);
+        StartRead(io);
+      }
+      MaybeFinish(io);
+    }
+    Start(io);
+  }
+
+  void OnDone() {
+    Io io;
+    {
+      absl::MutexLock lock(&mu_);
+      if (context_.IsCancelled()) Break();
+      MaybeFinish(io);
+    }
+    Start(io);
+  }
+
+  // Takes the turn to run the queued requests if no thread holds it. True when the
+  // calling (polling) thread should run them; otherwise a worker does, or already is.
+  bool TakeTurn() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    if (running_ || broken_) return false;
+    running_ = true;
+    if (!IsSequence(*requests_.front()) && server_.TakeInlineSlot()) return true;
+    HandOff();
+    return false;
+  }
+
+  // Gives the turn to a worker.
+  void HandOff() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    ++refs_;
+    server_.pool_.Run([this] {
+      Drain(/*inline_slot=*/false);
+      Release();
+    });
+  }
+
+  // Holding the turn: runs the queued requests in order until none is left.
+  void Drain(bool inline_slot) {
+    for (bool more = true; more;) {
+      std::unique_ptr<v1::SessionRequest> request;
+      Reply reply{nullptr, true};
+      Io io;
+      {
+        absl::MutexLock lock(&mu_);
+        if (broken_ || requests_.empty()) {
+          running_ = false;
+          MaybeFinish(io);
+          more = false;
+        } else if (inline_slot && IsSequence(*requests_.front())) {
+          HandOff();
+          more = false;
+        } else {
+          request = std::move(requests_.front());
+          requests_.pop_front();
+          reply.message = free_replies_.Take();
+        }
+      }
+      if (request) {
+        runner_->Handle(*request, *reply.message);
+        absl::MutexLock lock(&mu_);
+        free_requests_.Give(std::move(request));
+        if (broken_) {
+          free_replies_.Give(std::move(reply.message));
+        } else {
+          replies_.push_back(std::move(reply));
+          StartWrite(io);
+          StartRead(io);
+        }
+      }
+      Start(io);
+    }
+    if (inline_slot) server_.ReleaseInlineSlot();
+  }
+
+  void StartRead(Io& io) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    if (reading_ || read_closed_ || broken_ || unanswered_ >= window_) return;
+    reading_ = free_requests_.Take();
+    ++refs_;
+    io.read = reading_.get();
+  }
+
+  void StartWrite(Io& io) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    if (writing_.message || replies_.empty() || broken_) return;
+    writing_ = std::move(replies_.front());
+    replies_.pop_front();
+    // With another reply due, the transport may hold this one and send both together.
+    if (!replies_.empty() || !requests_.empty()) io.write_options.set_buffer_hint();
+    ++refs_;
+    io.write = writing_.message.get();
+  }
+
+  // Ends the call once nothing is left to read, run or write.
+  void MaybeFinish(Io& io) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    if (finishing_ || !read_closed_ || reading_ || running_ || !requests_.empty() || writing_.message ||
+        !replies_.empty())
+      return;
+    finishing_ = true;
+    ++refs_;
+    io.finish = grpc::Status::OK;
+  }
+
+  // The stream is gone: nothing queued runs, nothing more is read or written.
+  void Break() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    broken_ = read_closed_ = true;
+    for (auto& r : requests_) free_requests_.Give(std::move(r));
+    requests_.clear();
+    for (auto& r : replies_) free_replies_.Give(std::move(r.message));
+    replies_.clear();
+  }
+
+  void Release() {
+    bool last;
+    {
+      absl::MutexLock lock(&mu_);
+      last = --refs_ == 0;
+    }
+    if (!last) return;
+    // Counted as ended only once destroyed: Stop may then shut the queue down.
+    SessionStreamServer& server = server_;
+    delete this;
+    server.Ended();
+  }
+
+  SessionStreamServer& server_;
+  const size_t window_;
+  grpc::ServerContext context_;
+  grpc::ServerAsyncReaderWriter<v1::SessionReply, v1::SessionRequest> io_{&context_};
+  Event new_call_{this, kNewCall}, read_{this, kRead}, write_{this, kWrite}, finish_{this, kFinish},
+      done_{this, kDone};
+  // Set once the caller is known; used only by the thread holding the turn.
+  std::optional<StreamRunner> runner_;
+
+  absl::Mutex mu_;
+  int refs_ ABSL_GUARDED_BY(mu_) = 2;  // the new-call and done events
+  std::unique_ptr<v1::SessionRequest> reading_ ABSL_GUARDED_BY(mu_);  // the read in flight
+  std::deque<std::unique_ptr<v1::SessionRequest>> requests_ ABSL_GUARDED_BY(mu_);  // read, not yet run
+  Reply writing_ ABSL_GUARDED_BY(mu_);                                              // the write in flight
+  std::deque<Reply> replies_ ABSL_GUARDED_BY(mu_);                                  // waiting to be written
+  size_t unanswered_ ABSL_GUARDED_BY(mu_) = 0;  // requests read whose last reply is not written
+  bool running_ ABSL_GUARDED_BY(mu_) = false;   // a thread holds the turn
+  bool read_closed_ ABSL_GUARDED_BY(mu_) = false;
+  bool broken_ ABSL_GUARDED_BY(mu_) = false;
+  bool finishing_ ABSL_GUARDED_BY(mu_) = false;
+  Recycler<v1::SessionRequest> free_requests_ ABSL_GUARDED_BY(mu_);
+  Recycler<v1::SessionReply> free_replies_ ABSL_GUARDED_BY(mu_);
+};
+
+SessionStreamServer::SessionStreamServer(Engine& engine, const Authenticator& auth, SessionStreamService& service,
+                                         SessionStreamOptions options, grpc::ServerBuilder& builder)
+    : engine_(engine),
+      auth_(auth),
+      service_(service),
+      options_(options),
+      queue_(builder.AddCompletionQueue()),
+      inline_free_(std::max(options.threads, 2) - 1) {}
+
+SessionStreamServer::~SessionStreamServer() { Stop(); }
+
+void SessionStreamServer::Start() {
+  for (int i = 0; i < std::max(options_.threads, 2); ++i) threads_.emplace_back([this] { Poll(); });
+  Accept();
+}
+
+void SessionStreamServer::Stop() {
+  if (stopped_) return;
+  stopped_ = true;
+  {
+    absl::MutexLock lock(&mu_);
+    stopping_ = true;
+    auto ended = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return live_ == 0; };
+    mu_.Await(absl::Condition(&ended));
+  }
+  queue_->Shutdown();
+  if (threads_.empty()) Poll();  // never started: drain the queue here
+  for (std::thread& t : threads_) t.join();
+}
+
+void SessionStreamServer::Accept() {
+  {
+    absl::MutexLock lock(&mu_);
+    if (stopping_) return;
+    ++live_;
+  }
+  (new SessionStream(*this))->Request();
+}
+
+void SessionStreamServer::Ended() {
+  absl::MutexLock lock(&mu_);
+  --live_;
+}
+
+void SessionStreamServer::Poll() {
+  void* tag;
+  bool ok;
+  while (queue_->Next(&tag, &ok)) {
+    auto* event = static_cast<SessionStream::Event*>(tag);
+    event->stream->On(event->kind, ok);
+  }
+}
+
+bool SessionStreamServer::TakeInlineSlot() {
+  int free = inline_free_.load(std::memory_order_relaxed);
+  while (free > 0)
+    if (inline_free_.compare_exchange_weak(free, free - 1, std::memory_order_acquire)) return true;
+  return false;
 }
 
 }  // namespace replayd

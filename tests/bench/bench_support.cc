@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -135,16 +136,24 @@ class QueueBaseline {
   explicit QueueBaseline(grpc::ServerBuilder& builder) : cq_(builder.AddCompletionQueue()) {
     builder.RegisterService(&service_);
   }
-  // Serves until the queue is shut down.
+  // Serves until Stop has been called and every call has ended, then shuts the queue
+  // down (no operation may start on a queue after its shutdown).
   void Serve() {
     Accept();
     void* tag;
     bool ok;
-    while (cq_->Next(&tag, &ok)) {
+    for (;;) {
+      auto next = cq_->AsyncNext(&tag, &ok, std::chrono::system_clock::now() + std::chrono::milliseconds(50));
+      if (next == grpc::CompletionQueue::SHUTDOWN) return;
+      if (next == grpc::CompletionQueue::TIMEOUT) {
+        if (stopping_ && live_ == 0) cq_->Shutdown();
+        continue;
+      }
       Call* c = static_cast<Call*>(tag);
       if (c->state == Call::kAccepting && ok) Accept();
       if (c->state == Call::kFinishing || (c->state == Call::kAccepting && !ok)) {
         delete c;
+        --live_;
       } else if (!ok) {
         c->Go(Call::kFinishing);
       } else {
@@ -152,7 +161,8 @@ class QueueBaseline {
       }
     }
   }
-  grpc::ServerCompletionQueue& cq() { return *cq_; }
+  // After the server's Shutdown: Serve returns once the calls left have ended.
+  void Stop() { stopping_ = true; }
 
  private:
   struct Call {
@@ -168,6 +178,7 @@ class QueueBaseline {
     }
   };
   void Accept() {
+    ++live_;
     Call* c = new Call;
     c->out.set_data(reply_);
     service_.RequestChat(&c->context, &c->stream, cq_.get(), cq_.get(), c);
@@ -175,6 +186,8 @@ class QueueBaseline {
   Service service_;
   std::unique_ptr<grpc::ServerCompletionQueue> cq_;
   const std::string reply_ = std::string(kChatReplyBytes, 'b');
+  int live_ = 0;  // calls, counting the one waiting to be accepted; the serving thread's
+  std::atomic<bool> stopping_{false};
 };
 
 }  // namespace
@@ -213,8 +226,8 @@ int ServeBaseline(const std::string& address) {
   int received;
   sigwait(&signals, &received);
   server->Shutdown(std::chrono::system_clock::now());
-  if (queue) queue->cq().Shutdown();
-  if (mixed) mixed->cq().Shutdown();
+  if (queue) queue->Stop();
+  if (mixed) mixed->Stop();
   if (queue_thread.joinable()) queue_thread.join();
   return 0;
 }

@@ -53,7 +53,7 @@ class DaemonFixture : public ::testing::Test {
     d.cpu.memory_limit = options.memory_limit;
     d.engine.graph_cache.max_graphs = options.graph_cache_graphs;
     d.engine.graph_cache.max_bytes = options.graph_cache_bytes;
-    d.stream_window = options.stream_window;
+    d.streams.window = options.stream_window;
     d.tenants_file = options.tenants_file;
     if (options.adjust) options.adjust(d);
     auto started = Daemon::Start(d);
