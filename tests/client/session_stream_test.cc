@@ -129,6 +129,9 @@ TEST_F(SessionStreamTest, SubmitReadsRepliesPastTheWindowAndAwaitCompletesEveryt
 
 TEST_F(SessionStreamTest, AStreamThatEndsFailsWhatIsOutstandingAndIsReplaced) {
   service_.EndAt(3);
+  // Held, the service answers nothing until all five are sent, so none of them can find
+  // the stream already ended.
+  service_.Hold(true);
   auto stub = std::shared_ptr<v1::Replayd::Stub>(std::move(stub_));
   client_internal::SessionCore core;
   core.stub = stub;
@@ -141,6 +144,8 @@ TEST_F(SessionStreamTest, AStreamThatEndsFailsWhatIsOutstandingAndIsReplaced) {
     ASSERT_TRUE(s.ok()) << s.status();
     sent.push_back(*std::move(s));
   }
+  service_.Hold(false);
+  ASSERT_EQ(sent.front().stream, sent.back().stream);
   sent.back().stream->Await(sent.back().seq);
   EXPECT_TRUE(replies[0].ok());
   EXPECT_TRUE(replies[1].ok());

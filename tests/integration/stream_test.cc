@@ -2,7 +2,9 @@
 // error and resume, inline transfers, replay sequences, broken streams.
 #include <gmock/gmock.h>
 
+#include <atomic>
 #include <cstring>
+#include <future>
 #include <fstream>
 #include <thread>
 
@@ -424,6 +426,104 @@ TEST_P(StreamTest, EightClientsPipelineOnTheirOwnSessions) {
   }
   for (auto& t : threads) t.join();
   EXPECT_EQ(failures, 0);
+}
+
+// Keep-alives on a raw stream of `session`, each answered within `deadline` of the first.
+bool KeepAliveRoundTrips(v1::Replayd::Stub& stub, uint64_t session, int n, absl::Duration deadline) {
+  grpc::ClientContext context;
+  context.set_deadline(absl::ToChronoTime(absl::Now() + deadline));
+  auto stream = stub.Session(&context);
+  for (int i = 1; i <= n; ++i) {
+    v1::SessionRequest r;
+    r.set_seq(i);
+    r.set_session(session);
+    r.mutable_keep_alive();
+    v1::SessionReply reply;
+    if (!stream->Write(r) || !stream->Read(&reply) || reply.code() != 0 || reply.seq() != uint64_t(i)) return false;
+  }
+  stream->WritesDone();
+  return stream->Finish().ok();
+}
+
+TEST_P(StreamTest, AClientThatStopsReadingStallsOnlyItsOwnStream) {
+  // A sequence streaming 256 KiB per replay to a client that never reads: the transport's
+  // windows fill, the daemon's replies wait, and the sequence waits with them.
+  constexpr uint64_t kRead = 256 << 10;
+  absl::StatusOr<Buffer> big = session_->Alloc(kRead);
+  ASSERT_TRUE(big.ok());
+  auto stalled = OpenRaw();
+  v1::SessionRequest r = Request(1);
+  v1::ReplaySequenceRequest* seq = r.mutable_replay_sequence();
+  seq->set_graph(graph_->handle());
+  seq->add_base()->set_buffer(x_->handle());
+  seq->add_base()->set_int_value(1);
+  seq->set_step_param(1);
+  seq->set_step(0);
+  seq->set_count(100000);
+  seq->set_stream_reads(true);
+  v1::View* view = seq->add_reads();
+  view->set_buffer(big->handle());
+  view->set_length(kRead);
+  ASSERT_TRUE(stalled->stream->Write(r));
+  absl::SleepFor(absl::Milliseconds(200));
+  // Other sessions' streams, and the device, keep working.
+  Session other = Open();
+  EXPECT_TRUE(KeepAliveRoundTrips(stub(), other.id(), 50, absl::Seconds(30)));
+  absl::StatusOr<Buffer> y = other.Alloc(8);
+  ASSERT_TRUE(y.ok());
+  EXPECT_TRUE(other.WriteVector(*y, std::vector<int64_t>{42}).ok());
+  EXPECT_EQ((*other.ReadVector<int64_t>(*y, 1))[0], 42);
+  // Cancelling the stalled stream ends its sequence; its session works again.
+  stalled->context.TryCancel();
+  stalled->stream->Finish();
+  auto replayed = session_->Replay(*graph_, {x_.get(), int64_t{1}});
+  EXPECT_TRUE(replayed.ok()) << replayed.status();
+}
+
+TEST_P(StreamTest, ALongOperationDoesNotHoldUpOtherStreams) {
+  // A kernel that spins for about a second on one session's stream; meanwhile another
+  // session's stream is answered (keep-alives need no device turn).
+  constexpr char kSpin[] = R"(
+void spin(long long *x) { for (volatile long long i = 0; i < 1500000000LL; ++i) {} x[0] = 1; })";
+  Session slow = Open();
+  auto program = slow.Load({"cpu-c", kSpin, "spin", *ParseSignature("inout"), {}});
+  ASSERT_TRUE(program.ok()) << program.status();
+  absl::StatusOr<Buffer> flag = slow.Alloc(8);
+  ASSERT_TRUE(flag.ok());
+  std::atomic<bool> done{false};
+  std::thread spinner([&] {
+    LaunchSpec spec;
+    spec.args = {View{&*flag}};
+    spec.wait = true;
+    EXPECT_TRUE(slow.Launch(*program, spec).ok());
+    done = true;
+  });
+  absl::SleepFor(absl::Milliseconds(50));
+  EXPECT_TRUE(KeepAliveRoundTrips(stub(), session_->id(), 20, absl::Seconds(30)));
+  EXPECT_FALSE(done) << "the keep-alives should have been answered while the kernel ran";
+  spinner.join();
+}
+
+TEST_P(StreamTest, TheDaemonStopsWithStreamsOpenAndStalled) {
+  auto idle = OpenRaw();
+  auto stalled = OpenRaw();
+  v1::SessionRequest r = Request(1);
+  v1::ReplaySequenceRequest* seq = r.mutable_replay_sequence();
+  seq->set_graph(graph_->handle());
+  seq->add_base()->set_buffer(x_->handle());
+  seq->add_base()->set_int_value(1);
+  seq->set_step_param(1);
+  seq->set_count(100000);
+  seq->set_stream_reads(true);
+  seq->add_reads()->set_buffer(x_->handle());
+  ASSERT_TRUE(stalled->stream->Write(r));
+  absl::SleepFor(absl::Milliseconds(200));
+  auto stopped = std::async(std::launch::async, [&] { daemon_.reset(); });
+  ASSERT_EQ(stopped.wait_for(std::chrono::seconds(30)), std::future_status::ready) << "the daemon did not stop";
+  stalled->context.TryCancel();
+  stalled->stream->Finish();
+  idle->context.TryCancel();
+  idle->stream->Finish();
 }
 
 INSTANTIATE_TEST_SUITE_P(Window, StreamTest, ::testing::Values(size_t{0}, size_t{8}),
