@@ -246,7 +246,7 @@ int Main() {
               m[2], m[7], m[7] / m[2], "");
   std::printf("\nthe chain's device-only rate is %.0f replays/s (%.1f us each)\n", m[5], 1e6 / m[5]);
   std::printf("\nthe baseline's Chat by server API (each a server of its own)    ping-pong   pipelined\n");
-  std::printf("%-60s %7.1f us %9.0f/s\n", "sync (the daemon's)", m[0], m[2]);
+  std::printf("%-60s %7.1f us %9.0f/s\n", "sync", m[0], m[2]);
   std::printf("%-60s %7.1f us %9.0f/s\n", "callback", m[8], m[9]);
   std::printf("%-60s %7.1f us %9.0f/s\n", "completion queue, one thread", m[10], m[11]);
   std::printf("%-60s %7.1f us %9.0f/s\n", "completion queue beside sync methods", m[12], m[13]);
