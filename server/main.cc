@@ -37,8 +37,9 @@ ABSL_FLAG(uint64_t, graph_cache_bytes, uint64_t{1} << 30, "arena bytes one tenan
 ABSL_FLAG(int, stream_window, 8,
           "Session stream operations read ahead of their replies per stream; 0 or 1 reads each request "
           "after the previous one has been answered");
-ABSL_FLAG(int, stream_threads, 2,
-          "threads polling the Session streams; all but one may run a request as they receive it");
+ABSL_FLAG(int, stream_threads, 1,
+          "threads polling the Session streams, each running the requests it receives; every polling thread "
+          "costs each call a little, so more pay off only with many busy streams on many cores");
 ABSL_FLAG(std::string, tenants, "", "tenants file (protobuf text, see tenants.proto); reloaded on SIGHUP");
 ABSL_FLAG(bool, allow_remote_without_tenants, false,
           "serve a non-loopback --listen address without --tenants (no authentication)");
@@ -124,8 +125,8 @@ int main(int argc, char** argv) {
     spdlog::error("--stream_window must be in [0, 65536]");
     return 2;
   }
-  if (absl::GetFlag(FLAGS_stream_threads) < 2 || absl::GetFlag(FLAGS_stream_threads) > 256) {
-    spdlog::error("--stream_threads must be in [2, 256]");
+  if (absl::GetFlag(FLAGS_stream_threads) < 1 || absl::GetFlag(FLAGS_stream_threads) > 256) {
+    spdlog::error("--stream_threads must be in [1, 256]");
     return 2;
   }
   options.streams.window = absl::GetFlag(FLAGS_stream_window);

@@ -1,6 +1,7 @@
 #include "server/session_stream.h"
 
 #include <algorithm>
+#include <chrono>
 #include <deque>
 #include <memory>
 #include <optional>
@@ -489,12 +490,13 @@ SessionStreamServer::SessionStreamServer(Engine& engine, const Authenticator& au
       service_(service),
       options_(options),
       queue_(builder.AddCompletionQueue()),
-      inline_free_(std::max(options.threads, 2) - 1) {}
+      inline_free_(std::max(options.threads, 1)) {}
 
 SessionStreamServer::~SessionStreamServer() { Stop(); }
 
 void SessionStreamServer::Start() {
-  for (int i = 0; i < std::max(options_.threads, 2); ++i) threads_.emplace_back([this] { Poll(); });
+  for (int i = 0; i < std::max(options_.threads, 1); ++i) threads_.emplace_back([this] { Poll(); });
+  standby_ = std::thread([this] { Standby(); });
   Accept();
 }
 
@@ -510,6 +512,7 @@ void SessionStreamServer::Stop() {
   queue_->Shutdown();
   if (threads_.empty()) Poll();  // never started: drain the queue here
   for (std::thread& t : threads_) t.join();
+  if (standby_.joinable()) standby_.join();
 }
 
 void SessionStreamServer::Accept() {
@@ -526,20 +529,70 @@ void SessionStreamServer::Ended() {
   --live_;
 }
 
+void SessionStreamServer::Dispatch(void* tag, bool ok) {
+  auto* event = static_cast<SessionStream::Event*>(tag);
+  event->stream->On(event->kind, ok);
+}
+
 void SessionStreamServer::Poll() {
   void* tag;
   bool ok;
-  while (queue_->Next(&tag, &ok)) {
-    auto* event = static_cast<SessionStream::Event*>(tag);
-    event->stream->On(event->kind, ok);
+  while (queue_->Next(&tag, &ok)) Dispatch(tag, ok);
+}
+
+void SessionStreamServer::Standby() {
+  absl::MutexLock lock(&mu_);
+  while (!stopping_) {
+    if (NowNs() - last_inline_ns_.load(std::memory_order_relaxed) > kIdleNs) {
+      // Nothing has run inline for a while: sleep until something does.
+      standby_asleep_.store(true, std::memory_order_relaxed);
+      auto woken = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+        return stopping_ || !standby_asleep_.load(std::memory_order_relaxed);
+      };
+      mu_.Await(absl::Condition(&woken));
+      continue;
+    }
+    mu_.AwaitWithTimeout(absl::Condition(&stopping_), kStall);
+    const int64_t since = saturated_since_ns_.load(std::memory_order_acquire);
+    if (stopping_ || since == 0 || NowNs() - since < absl::ToInt64Nanoseconds(kStall)) continue;
+    // Every polling thread has been running an operation for kStall: poll in their place
+    // until one is free. What arrives now finds no inline slot and goes to a worker.
+    mu_.Unlock();
+    void* tag;
+    bool ok;
+    while (inline_free_.load(std::memory_order_acquire) == 0) {
+      auto next = queue_->AsyncNext(&tag, &ok, absl::ToChronoTime(absl::Now() + kStall));
+      if (next == grpc::CompletionQueue::SHUTDOWN) break;
+      if (next == grpc::CompletionQueue::GOT_EVENT) Dispatch(tag, ok);
+    }
+    mu_.Lock();
   }
 }
 
 bool SessionStreamServer::TakeInlineSlot() {
   int free = inline_free_.load(std::memory_order_relaxed);
-  while (free > 0)
-    if (inline_free_.compare_exchange_weak(free, free - 1, std::memory_order_acquire)) return true;
-  return false;
+  do {
+    if (free == 0) return false;
+  } while (!inline_free_.compare_exchange_weak(free, free - 1, std::memory_order_acquire));
+  const int64_t now = NowNs();
+  last_inline_ns_.store(now, std::memory_order_relaxed);
+  if (free == 1) saturated_since_ns_.store(now, std::memory_order_release);
+  if (standby_asleep_.load(std::memory_order_relaxed)) {
+    absl::MutexLock lock(&mu_);
+    standby_asleep_.store(false, std::memory_order_relaxed);
+  }
+  return true;
+}
+
+void SessionStreamServer::ReleaseInlineSlot() {
+  // Cleared first: a thread that takes the slot next sets it again.
+  saturated_since_ns_.store(0, std::memory_order_release);
+  inline_free_.fetch_add(1, std::memory_order_release);
+}
+
+int64_t SessionStreamServer::NowNs() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
+      .count();
 }
 
 }  // namespace replayd

@@ -2,15 +2,19 @@
 // Each request runs through the same engine operation as its unary RPC; the stream is a
 // transport, not a second implementation.
 //
-// Streams are served on a completion queue of their own, polled by `threads` threads
-// (the unary RPCs stay on gRPC's sync server). A request is run by the thread that
-// received it, so a round trip pays no thread hop: the poller that read the bytes runs
-// the operation and starts the reply's write. Two things must not hold a polling thread,
-// or one client could stall every other stream: a replay sequence (long, and its
-// streamed reads wait for the client to take them) and a request that comes while all
-// but one of the threads are running operations (so one thread always polls). Those go
-// to a worker of a pool that grows with the streams needing one (`WorkerPool`). Either
-// way one operation of a stream runs at a time, in the order read.
+// Streams are served on a completion queue of their own, polled by `threads` threads (the
+// unary RPCs stay on gRPC's sync server). A request is run by the thread that received
+// it, so a round trip pays no thread hop: the poller that read the bytes runs the
+// operation and starts the reply's write. Every thread polling gRPC takes part in its
+// hand-over of polling, so each one costs every call of the daemon (unary ones too) a few
+// microseconds on a small machine; one is the default. Two things must not hold the
+// polling threads, or one client could stall every other stream: a replay sequence
+// (long, and its streamed reads wait for the client to take them) goes to a worker of a
+// pool that grows with the streams needing one (`WorkerPool`); and when every polling
+// thread has been running an operation for `kStall`, a standby thread polls in their
+// place until one is free, and what it receives goes to a worker. The standby checks
+// every `kStall` while operations run and sleeps while the daemon is idle. Either way one
+// operation of a stream runs at a time, in the order read.
 //
 // Flow control: a stream reads ahead while fewer than `window` of its operations are
 // unanswered (read, reply not yet written), so receiving overlaps execution; past it the
@@ -35,6 +39,7 @@
 #include <vector>
 
 #include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
 #include "engine/engine.h"
 #include "replayd/v1/replayd.grpc.pb.h"
 #include "server/authenticator.h"
@@ -47,7 +52,7 @@ using SessionStreamService = v1::Replayd::WithAsyncMethod_Session<v1::Replayd::S
 
 struct SessionStreamOptions {
   size_t window = 8;  // unanswered operations per stream read ahead; see above
-  int threads = 2;    // threads polling the streams' completion queue; at least 2
+  int threads = 1;    // threads polling the streams' completion queue (and running requests)
 };
 
 class SessionStream;
@@ -73,14 +78,22 @@ class SessionStreamServer {
  private:
   friend class SessionStream;
 
+  // How long every polling thread may be busy before the standby thread polls.
+  static constexpr absl::Duration kStall = absl::Milliseconds(2);
+  // With nothing run inline for this long, the standby thread sleeps until something is.
+  static constexpr int64_t kIdleNs = 1'000'000'000;
+
   // Waits for the next stream, unless stopping.
   void Accept();
   void Ended();
   void Poll();
-  // An inline slot lets a polling thread run an operation; there is one fewer than there
-  // are threads. False when none is free.
+  void Standby();
+  void Dispatch(void* tag, bool ok);
+  // An inline slot lets a thread that received a request run it: one per polling thread.
+  // False when none is free.
   bool TakeInlineSlot();
-  void ReleaseInlineSlot() { inline_free_.fetch_add(1, std::memory_order_release); }
+  void ReleaseInlineSlot();
+  static int64_t NowNs();
 
   Engine& engine_;
   const Authenticator& auth_;
@@ -88,7 +101,11 @@ class SessionStreamServer {
   const SessionStreamOptions options_;
   std::unique_ptr<grpc::ServerCompletionQueue> queue_;
   std::vector<std::thread> threads_;
+  std::thread standby_;
   std::atomic<int> inline_free_;
+  std::atomic<int64_t> last_inline_ns_{0};      // when an operation last started inline
+  std::atomic<int64_t> saturated_since_ns_{0};  // when the last inline slot was taken; 0: one is free
+  std::atomic<bool> standby_asleep_{false};
   absl::Mutex mu_;
   int live_ ABSL_GUARDED_BY(mu_) = 0;  // streams, counting the one waiting for a call
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;

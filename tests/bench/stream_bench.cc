@@ -26,7 +26,7 @@
 
 ABSL_FLAG(int, iterations, 2000, "round trips per latency run; messages per throughput run");
 ABSL_FLAG(int, stream_window, 8, "the daemon's --stream_window");
-ABSL_FLAG(int, stream_threads, 2, "the daemon's --stream_threads");
+ABSL_FLAG(int, stream_threads, 1, "the daemon's --stream_threads");
 
 namespace replayd::bench {
 namespace {
