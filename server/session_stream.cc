@@ -358,7 +358,9 @@ class SessionStream final : public ReplySink {
   bool TakeTurn() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     if (running_ || broken_) return false;
     running_ = true;
-    if (!IsSequence(*requests_.front()) && server_.TakeInlineSlot()) return true;
+    if (!IsSequence(*requests_.front()) && server_.running_.load(std::memory_order_acquire) == 0 &&
+        server_.TakeInlineSlot())
+      return true;
     HandOff();
     return false;
   }
@@ -394,7 +396,9 @@ class SessionStream final : public ReplySink {
         }
       }
       if (request) {
+        server_.running_.fetch_add(1, std::memory_order_acq_rel);
         runner_->Handle(*request, *reply.message);
+        server_.running_.fetch_sub(1, std::memory_order_acq_rel);
         absl::MutexLock lock(&mu_);
         free_requests_.Give(std::move(request));
         if (broken_) {

@@ -10,7 +10,11 @@
 // microseconds on a small machine; one is the default. Two things must not hold the
 // polling threads, or one client could stall every other stream: a replay sequence
 // (long, and its streamed reads wait for the client to take them) goes to a worker of a
-// pool that grows with the streams needing one (`WorkerPool`); and when every polling
+// pool that grows with the streams needing one (`WorkerPool`); a request that arrives
+// while another operation is running anywhere goes to a worker too, so that busy streams
+// run side by side and meet in the device scheduler, which can only be fair between
+// requests that wait in it (run one after another on the polling thread, a heavy and a
+// light tenant got equal device time); and when every polling
 // thread has been running an operation for `kStall`, a standby thread polls in their
 // place until one is free, and what it receives goes to a worker. The standby checks
 // every `kStall` while operations run and sleeps while the daemon is idle. Either way one
@@ -106,6 +110,7 @@ class SessionStreamServer {
   std::atomic<int64_t> last_inline_ns_{0};      // when an operation last started inline
   std::atomic<int64_t> saturated_since_ns_{0};  // when the last inline slot was taken; 0: one is free
   std::atomic<bool> standby_asleep_{false};
+  std::atomic<int> running_{0};  // operations running, on any thread
   absl::Mutex mu_;
   int live_ ABSL_GUARDED_BY(mu_) = 0;  // streams, counting the one waiting for a call
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
