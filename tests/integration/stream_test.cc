@@ -74,6 +74,23 @@ class StreamTest : public DaemonFixture, public ::testing::WithParamInterface<si
     return r;
   }
 
+  // A sequence of 100000 replays streaming back `length` bytes of `read` after each one:
+  // more than any client here reads.
+  v1::SessionRequest EndlessStreamedSequence(const Buffer& read, uint64_t length) {
+    v1::SessionRequest r = Request(1);
+    v1::ReplaySequenceRequest* seq = r.mutable_replay_sequence();
+    seq->set_graph(graph_->handle());
+    seq->add_base()->set_buffer(x_->handle());
+    seq->add_base()->set_int_value(1);
+    seq->set_step_param(1);
+    seq->set_count(100000);
+    seq->set_stream_reads(true);
+    v1::View* view = seq->add_reads();
+    view->set_buffer(read.handle());
+    view->set_length(length);
+    return r;
+  }
+
   std::unique_ptr<Session> session_;
   std::unique_ptr<Program> program_;
   std::unique_ptr<Buffer> x_;
@@ -452,19 +469,7 @@ TEST_P(StreamTest, AClientThatStopsReadingStallsOnlyItsOwnStream) {
   absl::StatusOr<Buffer> big = session_->Alloc(kRead);
   ASSERT_TRUE(big.ok());
   auto stalled = OpenRaw();
-  v1::SessionRequest r = Request(1);
-  v1::ReplaySequenceRequest* seq = r.mutable_replay_sequence();
-  seq->set_graph(graph_->handle());
-  seq->add_base()->set_buffer(x_->handle());
-  seq->add_base()->set_int_value(1);
-  seq->set_step_param(1);
-  seq->set_step(0);
-  seq->set_count(100000);
-  seq->set_stream_reads(true);
-  v1::View* view = seq->add_reads();
-  view->set_buffer(big->handle());
-  view->set_length(kRead);
-  ASSERT_TRUE(stalled->stream->Write(r));
+  ASSERT_TRUE(stalled->stream->Write(EndlessStreamedSequence(*big, kRead)));
   absl::SleepFor(absl::Milliseconds(200));
   // Other sessions' streams, and the device, keep working.
   Session other = Open();
@@ -507,16 +512,7 @@ void spin(long long *x) { for (volatile long long i = 0; i < 1500000000LL; ++i) 
 TEST_P(StreamTest, TheDaemonStopsWithStreamsOpenAndStalled) {
   auto idle = OpenRaw();
   auto stalled = OpenRaw();
-  v1::SessionRequest r = Request(1);
-  v1::ReplaySequenceRequest* seq = r.mutable_replay_sequence();
-  seq->set_graph(graph_->handle());
-  seq->add_base()->set_buffer(x_->handle());
-  seq->add_base()->set_int_value(1);
-  seq->set_step_param(1);
-  seq->set_count(100000);
-  seq->set_stream_reads(true);
-  seq->add_reads()->set_buffer(x_->handle());
-  ASSERT_TRUE(stalled->stream->Write(r));
+  ASSERT_TRUE(stalled->stream->Write(EndlessStreamedSequence(*x_, 8)));
   absl::SleepFor(absl::Milliseconds(200));
   auto stopped = std::async(std::launch::async, [&] { daemon_.reset(); });
   ASSERT_EQ(stopped.wait_for(std::chrono::seconds(30)), std::future_status::ready) << "the daemon did not stop";
