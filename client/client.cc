@@ -252,12 +252,18 @@ void DimsToProto(const std::vector<Dim>& dims, google::protobuf::RepeatedField<u
   }
 }
 
+// A stream reply's status.
+absl::Status ReplyStatus(const v1::SessionReply& reply) {
+  return absl::Status(static_cast<absl::StatusCode>(reply.code()), reply.message());
+}
+
 }  // namespace
 
 absl::StatusOr<v1::LaunchReply> Session::Launch(const Program& program, const LaunchSpec& spec) {
-  grpc::ClientContext context;
-  Authorize(context, core_->token);
-  v1::LaunchRequest request;
+  // On the session's stream, in order with its replays: one round trip, as a unary Launch,
+  // on the daemon's faster path.
+  v1::SessionRequest op;
+  v1::LaunchRequest& request = *op.mutable_launch();
   request.set_session(core_->id);
   request.set_program(program.handle());
   for (const KernelArg& arg : spec.args) {
@@ -278,10 +284,18 @@ absl::StatusOr<v1::LaunchReply> Session::Launch(const Program& program, const La
     bv->set_value(b.value);
   }
   request.set_wait(spec.wait);
-  v1::LaunchReply reply;
-  absl::Status s = FromGrpc(core_->stub->Launch(&context, request, &reply));
-  if (!s.ok()) return s;
-  return reply;
+  absl::StatusOr<v1::LaunchReply> result = absl::UnknownError("no reply");
+  absl::Status ran = core_->Run(op, [&result](absl::StatusOr<v1::SessionReply> reply) {
+    if (!reply.ok()) {
+      result = reply.status();
+    } else if (reply->code() != 0) {
+      result = ReplyStatus(*reply);
+    } else {
+      result = std::move(*reply->mutable_launch());
+    }
+  });
+  if (!ran.ok()) return ran;
+  return result;
 }
 
 Graph& Graph::operator=(Graph&& other) noexcept {
@@ -371,10 +385,6 @@ ReplayResult FromProto(v1::ReplayGraphReply& reply) {
   result.device_seconds = reply.device_seconds();
   for (std::string& r : *reply.mutable_reads()) result.reads.push_back(std::move(r));
   return result;
-}
-
-absl::Status ReplyStatus(const v1::SessionReply& reply) {
-  return absl::Status(static_cast<absl::StatusCode>(reply.code()), reply.message());
 }
 
 }  // namespace

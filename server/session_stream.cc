@@ -358,15 +358,14 @@ class SessionStream final : public ReplySink {
   bool TakeTurn() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     if (running_ || broken_) return false;
     running_ = true;
-    if (!IsSequence(*requests_.front()) && server_.running_.load(std::memory_order_acquire) == 0 &&
-        server_.TakeInlineSlot())
-      return true;
+    if (!IsSequence(*requests_.front()) && server_.Quiet() && server_.TakeInlineSlot()) return true;
     HandOff();
     return false;
   }
 
   // Gives the turn to a worker.
   void HandOff() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    server_.last_handoff_ns_.store(SessionStreamServer::NowNs(), std::memory_order_relaxed);
     ++refs_;
     server_.pool_.Run([this] {
       Drain(/*inline_slot=*/false);
@@ -571,6 +570,11 @@ void SessionStreamServer::Standby() {
     }
     mu_.Lock();
   }
+}
+
+bool SessionStreamServer::Quiet() {
+  return running_.load(std::memory_order_acquire) == 0 &&
+         NowNs() - last_handoff_ns_.load(std::memory_order_relaxed) > kBusyNs;
 }
 
 bool SessionStreamServer::TakeInlineSlot() {

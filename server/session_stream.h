@@ -86,6 +86,8 @@ class SessionStreamServer {
   static constexpr absl::Duration kStall = absl::Milliseconds(2);
   // With nothing run inline for this long, the standby thread sleeps until something is.
   static constexpr int64_t kIdleNs = 1'000'000'000;
+  // After a request went to a worker, requests keep going to workers for this long.
+  static constexpr int64_t kBusyNs = 10'000'000;
 
   // Waits for the next stream, unless stopping.
   void Accept();
@@ -96,6 +98,9 @@ class SessionStreamServer {
   // An inline slot lets a thread that received a request run it: one per polling thread.
   // False when none is free.
   bool TakeInlineSlot();
+  // True when no operation runs and none went to a worker in the last kBusyNs: a request
+  // may run on the polling thread without passing other streams' requests by.
+  bool Quiet();
   void ReleaseInlineSlot();
   static int64_t NowNs();
 
@@ -111,6 +116,7 @@ class SessionStreamServer {
   std::atomic<int64_t> saturated_since_ns_{0};  // when the last inline slot was taken; 0: one is free
   std::atomic<bool> standby_asleep_{false};
   std::atomic<int> running_{0};  // operations running, on any thread
+  std::atomic<int64_t> last_handoff_ns_{0};
   absl::Mutex mu_;
   int live_ ABSL_GUARDED_BY(mu_) = 0;  // streams, counting the one waiting for a call
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
