@@ -10,15 +10,15 @@
 // microseconds on a small machine; one is the default. Two things must not hold the
 // polling threads, or one client could stall every other stream: a replay sequence
 // (long, and its streamed reads wait for the client to take them) goes to a worker of a
-// pool that grows with the streams needing one (`WorkerPool`); a request that arrives
-// while another operation is running anywhere goes to a worker too, so that busy streams
-// run side by side and meet in the device scheduler, which can only be fair between
-// requests that wait in it (run one after another on the polling thread, a heavy and a
-// light tenant got equal device time); and when every polling
+// pool that grows with the streams needing one (`WorkerPool`); and when every polling
 // thread has been running an operation for `kStall`, a standby thread polls in their
 // place until one is free, and what it receives goes to a worker. The standby checks
-// every `kStall` while operations run and sleeps while the daemon is idle. Either way one
-// operation of a stream runs at a time, in the order read.
+// every `kStall` while operations run and sleeps while the daemon is idle. A request also
+// goes to a worker unless the daemon is quiet (see Quiet), so that a busy daemon's
+// requests run side by side and meet in the device scheduler, which can only be fair
+// between requests that wait in it (run one after another on the polling thread, a heavy
+// and a light tenant got equal device time). Either way one operation of a stream runs at
+// a time, in the order read.
 //
 // Flow control: a stream reads ahead while fewer than `window` of its operations are
 // unanswered (read, reply not yet written), so receiving overlaps execution; past it the
