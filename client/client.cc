@@ -257,6 +257,17 @@ absl::Status ReplyStatus(const v1::SessionReply& reply) {
   return absl::Status(static_cast<absl::StatusCode>(reply.code()), reply.message());
 }
 
+// The done callback of a stream operation: `take(reply)` when it succeeded, else the
+// failure, into `out`.
+template <typename Out, typename Take>
+SessionStream::DoneFn ReplyDone(Out out, Take take) {
+  return [out = std::move(out), take = std::move(take)](absl::StatusOr<v1::SessionReply> reply) {
+    if (!reply.ok()) return out(reply.status());
+    if (reply->code() != 0) return out(ReplyStatus(*reply));
+    out(take(*reply));
+  };
+}
+
 }  // namespace
 
 absl::StatusOr<v1::LaunchReply> Session::Launch(const Program& program, const LaunchSpec& spec) {
@@ -285,15 +296,9 @@ absl::StatusOr<v1::LaunchReply> Session::Launch(const Program& program, const La
   }
   request.set_wait(spec.wait);
   absl::StatusOr<v1::LaunchReply> result = absl::UnknownError("no reply");
-  absl::Status ran = core_->Run(op, [&result](absl::StatusOr<v1::SessionReply> reply) {
-    if (!reply.ok()) {
-      result = reply.status();
-    } else if (reply->code() != 0) {
-      result = ReplyStatus(*reply);
-    } else {
-      result = std::move(*reply->mutable_launch());
-    }
-  });
+  absl::Status ran = core_->Run(
+      op, ReplyDone([&result](absl::StatusOr<v1::LaunchReply> r) { result = std::move(r); },
+                    [](v1::SessionReply& reply) { return std::move(*reply.mutable_launch()); }));
   if (!ran.ok()) return ran;
   return result;
 }
@@ -407,11 +412,7 @@ namespace {
 // The done callback of a replay: its result, or the failure, into `out`.
 template <typename Out>
 SessionStream::DoneFn ReplayDone(Out out) {
-  return [out = std::move(out)](absl::StatusOr<v1::SessionReply> reply) {
-    if (!reply.ok()) return out(reply.status());
-    if (reply->code() != 0) return out(ReplyStatus(*reply));
-    out(FromProto(*reply->mutable_replay()));
-  };
+  return ReplyDone(std::move(out), [](v1::SessionReply& reply) { return FromProto(*reply.mutable_replay()); });
 }
 
 }  // namespace

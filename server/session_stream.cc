@@ -202,7 +202,7 @@ class SessionStream final : public ReplySink {
   };
 
   explicit SessionStream(SessionStreamServer& server)
-      : server_(server), window_(std::max<size_t>(server.options_.window, 1)) {}
+      : server_(server), window_(server.options_.window) {}
 
   // Waits for the next Session call.
   void Request() {
@@ -491,14 +491,14 @@ SessionStreamServer::SessionStreamServer(Engine& engine, const Authenticator& au
     : engine_(engine),
       auth_(auth),
       service_(service),
-      options_(options),
+      options_{std::max<size_t>(options.window, 1), std::max(options.threads, 1)},
       queue_(builder.AddCompletionQueue()),
-      inline_free_(std::max(options.threads, 1)) {}
+      inline_free_(options_.threads) {}
 
 SessionStreamServer::~SessionStreamServer() { Stop(); }
 
 void SessionStreamServer::Start() {
-  for (int i = 0; i < std::max(options_.threads, 1); ++i) threads_.emplace_back([this] { Poll(); });
+  for (int i = 0; i < options_.threads; ++i) threads_.emplace_back([this] { Poll(); });
   standby_ = std::thread([this] { Standby(); });
   Accept();
 }

@@ -107,7 +107,7 @@ class SessionStreamServer {
   Engine& engine_;
   const Authenticator& auth_;
   SessionStreamService& service_;
-  const SessionStreamOptions options_;
+  const SessionStreamOptions options_;  // window and threads at least 1
   std::unique_ptr<grpc::ServerCompletionQueue> queue_;
   std::vector<std::thread> threads_;
   std::thread standby_;

@@ -22,11 +22,6 @@ void WorkerPool::Run(std::function<void()> task) {
   if (static_cast<size_t>(idle_) < tasks_.size()) threads_.emplace_back([this] { WorkerMain(); });
 }
 
-int WorkerPool::workers() {
-  absl::MutexLock lock(&mu_);
-  return static_cast<int>(threads_.size() - ended_.size());
-}
-
 void WorkerPool::WorkerMain() {
   absl::MutexLock lock(&mu_);
   for (;;) {

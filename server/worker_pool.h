@@ -28,9 +28,6 @@ class WorkerPool {
   // Runs `task` on a worker soon, never on the calling thread.
   void Run(std::function<void()> task);
 
-  // Workers now alive, busy or idle.
-  int workers();
-
  private:
   void WorkerMain();
   void JoinEnded() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
