@@ -190,28 +190,87 @@ bool IsSequence(const v1::SessionRequest& request) {
 
 }  // namespace
 
-// One Session call, from the wait for it to its end. gRPC's completions for it come back
-// as Events; each outstanding completion, and each thread holding the turn, holds a
-// reference, and the last one released deletes the stream.
-class SessionStream final : public ReplySink {
+// A call of a method served on the completion queue, from the wait for it to its end.
+// gRPC's completions for it come back as Events.
+class QueuedCall {
  public:
   enum Kind { kNewCall, kRead, kWrite, kFinish, kDone };
   struct Event {
-    SessionStream* stream;
+    QueuedCall* call;
     Kind kind;
   };
+  virtual ~QueuedCall() = default;
+  // Waits for the next call of the method.
+  virtual void Request() = 0;
+  // Handles a completion; `ok` is gRPC's flag for it.
+  virtual void On(Kind kind, bool ok) = 0;
+};
 
-  explicit SessionStream(SessionStreamServer& server)
-      : server_(server), window_(server.options_.window) {}
+// One unary call, answered by the service's own handler for the method (the code the
+// sync server would run): on the polling thread that received it when the daemon is
+// quiet, else on a worker (the rules of session_stream.h).
+template <typename RequestMessage, typename ReplyMessage>
+class UnaryCall final : public QueuedCall {
+ public:
+  using RequestMethod = void (SessionStreamService::*)(grpc::ServerContext*, RequestMessage*,
+                                                       grpc::ServerAsyncResponseWriter<ReplyMessage>*,
+                                                       grpc::CompletionQueue*, grpc::ServerCompletionQueue*, void*);
+  using Handler = grpc::Status (v1::Replayd::Service::*)(grpc::ServerContext*, const RequestMessage*, ReplyMessage*);
 
-  // Waits for the next Session call.
-  void Request() {
+  UnaryCall(SessionStreamServer& server, RequestMethod request, Handler handler)
+      : server_(server), request_method_(request), handler_(handler) {}
+
+  void Request() override {
+    (server_.service_.*request_method_)(&context_, &request_, &responder_, server_.queue_.get(), server_.queue_.get(),
+                                        &new_call_);
+  }
+
+  void On(Kind kind, bool ok) override {
+    if (kind == kNewCall && ok) {
+      server_.Listen(new UnaryCall(server_, request_method_, handler_));
+      if (server_.RunHere()) {
+        Run();
+        server_.ReleaseInlineSlot();
+      } else {
+        server_.HandOff([this] { Run(); });
+      }
+      return;
+    }
+    // Finished, or no call as the server is shutting down.
+    SessionStreamServer& server = server_;
+    delete this;
+    server.Ended();
+  }
+
+ private:
+  void Run() {
+    grpc::Status status;
+    server_.RunOperation([&] { status = (server_.service_.*handler_)(&context_, &request_, &reply_); });
+    responder_.Finish(reply_, status, &finish_);
+  }
+
+  SessionStreamServer& server_;
+  const RequestMethod request_method_;
+  const Handler handler_;
+  grpc::ServerContext context_;
+  RequestMessage request_;
+  ReplyMessage reply_;
+  grpc::ServerAsyncResponseWriter<ReplyMessage> responder_{&context_};
+  Event new_call_{this, kNewCall}, finish_{this, kFinish};
+};
+
+// One Session call. Each outstanding completion, and each thread holding the turn, holds
+// a reference, and the last one released deletes the stream.
+class SessionStream final : public QueuedCall, public ReplySink {
+ public:
+  explicit SessionStream(SessionStreamServer& server) : server_(server), window_(server.options_.window) {}
+
+  void Request() override {
     context_.AsyncNotifyWhenDone(&done_);
     server_.service_.RequestSession(&context_, &io_, server_.queue_.get(), server_.queue_.get(), &new_call_);
   }
 
-  // Handles a completion; `ok` is gRPC's flag for it.
-  void On(Kind kind, bool ok) {
+  void On(Kind kind, bool ok) override {
     switch (kind) {
       case kNewCall:
         OnNewCall(ok);
@@ -281,7 +340,7 @@ class SessionStream final : public ReplySink {
       --refs_;
       return;
     }
-    server_.Accept();
+    server_.Listen(new SessionStream(server_));
     absl::StatusOr<std::shared_ptr<const Tenant>> caller = server_.auth_.Authenticate(context_);
     Io io;
     {
@@ -358,16 +417,15 @@ class SessionStream final : public ReplySink {
   bool TakeTurn() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     if (running_ || broken_) return false;
     running_ = true;
-    if (!IsSequence(*requests_.front()) && server_.Quiet() && server_.TakeInlineSlot()) return true;
+    if (!IsSequence(*requests_.front()) && server_.RunHere()) return true;
     HandOff();
     return false;
   }
 
   // Gives the turn to a worker.
   void HandOff() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    server_.last_handoff_ns_.store(SessionStreamServer::NowNs(), std::memory_order_relaxed);
     ++refs_;
-    server_.pool_.Run([this] {
+    server_.HandOff([this] {
       Drain(/*inline_slot=*/false);
       Release();
     });
@@ -395,9 +453,7 @@ class SessionStream final : public ReplySink {
         }
       }
       if (request) {
-        server_.running_.fetch_add(1, std::memory_order_acq_rel);
-        runner_->Handle(*request, *reply.message);
-        server_.running_.fetch_sub(1, std::memory_order_acq_rel);
+        server_.RunOperation([&] { runner_->Handle(*request, *reply.message); });
         absl::MutexLock lock(&mu_);
         free_requests_.Give(std::move(request));
         if (broken_) {
@@ -500,7 +556,11 @@ SessionStreamServer::~SessionStreamServer() { Stop(); }
 void SessionStreamServer::Start() {
   for (int i = 0; i < options_.threads; ++i) threads_.emplace_back([this] { Poll(); });
   standby_ = std::thread([this] { Standby(); });
-  Accept();
+  Listen(new SessionStream(*this));
+  Listen(new UnaryCall<v1::ReplayGraphRequest, v1::ReplayGraphReply>(*this, &SessionStreamService::RequestReplayGraph,
+                                                                     &v1::Replayd::Service::ReplayGraph));
+  Listen(new UnaryCall<v1::LaunchRequest, v1::LaunchReply>(*this, &SessionStreamService::RequestLaunch,
+                                                           &v1::Replayd::Service::Launch));
 }
 
 void SessionStreamServer::Stop() {
@@ -518,13 +578,16 @@ void SessionStreamServer::Stop() {
   if (standby_.joinable()) standby_.join();
 }
 
-void SessionStreamServer::Accept() {
+void SessionStreamServer::Listen(QueuedCall* call) {
   {
     absl::MutexLock lock(&mu_);
-    if (stopping_) return;
+    if (stopping_) {
+      delete call;
+      return;
+    }
     ++live_;
   }
-  (new SessionStream(*this))->Request();
+  call->Request();
 }
 
 void SessionStreamServer::Ended() {
@@ -533,8 +596,8 @@ void SessionStreamServer::Ended() {
 }
 
 void SessionStreamServer::Dispatch(void* tag, bool ok) {
-  auto* event = static_cast<SessionStream::Event*>(tag);
-  event->stream->On(event->kind, ok);
+  auto* event = static_cast<QueuedCall::Event*>(tag);
+  event->call->On(event->kind, ok);
 }
 
 void SessionStreamServer::Poll() {
@@ -575,6 +638,11 @@ void SessionStreamServer::Standby() {
 bool SessionStreamServer::Quiet() {
   return running_.load(std::memory_order_acquire) == 0 &&
          NowNs() - last_handoff_ns_.load(std::memory_order_relaxed) > kBusyNs;
+}
+
+void SessionStreamServer::HandOff(std::function<void()> task) {
+  last_handoff_ns_.store(NowNs(), std::memory_order_relaxed);
+  pool_.Run(std::move(task));
 }
 
 bool SessionStreamServer::TakeInlineSlot() {

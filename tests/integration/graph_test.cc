@@ -439,7 +439,9 @@ TEST_F(GraphTest, ConcurrentReplaysOfOneGraphAreCorrect) {
     threads.emplace_back([&, t] {
       for (int r = 0; r < kRounds; ++r) {
         int64_t pos = 1 + (t * kRounds + r) % 256;
-        auto res = session_->Replay(*graph, {&ins[t], &outs[t], pos}, true, {View{&outs[t]}});
+        // Half the threads replay on the session's stream, half as unary ReplayGraph RPCs.
+        auto res = t % 2 == 0 ? session_->Replay(*graph, {&ins[t], &outs[t], pos}, true, {View{&outs[t]}})
+                              : session_->ReplayUnary(*graph, {&ins[t], &outs[t], pos}, true, {View{&outs[t]}});
         if (!res.ok()) return void(++failures);
         std::vector<float> got(kN);
         std::memcpy(got.data(), res->reads[0].data(), kN * 4);

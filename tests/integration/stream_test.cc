@@ -91,6 +91,35 @@ class StreamTest : public DaemonFixture, public ::testing::WithParamInterface<si
     return r;
   }
 
+  // A session with a kernel that spins for about a second, and its flag buffer.
+  struct Spinner {
+    Session session;
+    Program program;
+    Buffer flag;
+  };
+  Spinner OpenSpinner() {
+    constexpr char kSpin[] = R"(
+void spin(long long *x) { for (volatile long long i = 0; i < 1500000000LL; ++i) {} x[0] = 1; })";
+    Session s = Open();
+    absl::StatusOr<Program> program = s.Load({"cpu-c", kSpin, "spin", *ParseSignature("inout"), {}});
+    EXPECT_TRUE(program.ok()) << program.status();
+    absl::StatusOr<Buffer> flag = s.Alloc(8);
+    EXPECT_TRUE(flag.ok()) << flag.status();
+    return {std::move(s), std::move(*program), std::move(*flag)};
+  }
+  // The spin as one unary Launch RPC with wait.
+  grpc::Status UnarySpin(const Spinner& spinner) {
+    v1::LaunchRequest r;
+    r.set_session(spinner.session.id());
+    r.set_program(spinner.program.handle());
+    r.add_args()->mutable_view()->set_buffer(spinner.flag.handle());
+    r.add_global(1);
+    r.set_wait(true);
+    grpc::ClientContext context;
+    v1::LaunchReply reply;
+    return stub().Launch(&context, r, &reply);
+  }
+
   std::unique_ptr<Session> session_;
   std::unique_ptr<Program> program_;
   std::unique_ptr<Buffer> x_;
@@ -488,25 +517,56 @@ TEST_P(StreamTest, AClientThatStopsReadingStallsOnlyItsOwnStream) {
 TEST_P(StreamTest, ALongOperationDoesNotHoldUpOtherStreams) {
   // A kernel that spins for about a second on one session's stream; meanwhile another
   // session's stream is answered (keep-alives need no device turn).
-  constexpr char kSpin[] = R"(
-void spin(long long *x) { for (volatile long long i = 0; i < 1500000000LL; ++i) {} x[0] = 1; })";
-  Session slow = Open();
-  auto program = slow.Load({"cpu-c", kSpin, "spin", *ParseSignature("inout"), {}});
-  ASSERT_TRUE(program.ok()) << program.status();
-  absl::StatusOr<Buffer> flag = slow.Alloc(8);
-  ASSERT_TRUE(flag.ok());
+  Spinner slow = OpenSpinner();
   std::atomic<bool> done{false};
   std::thread spinner([&] {
     LaunchSpec spec;
-    spec.args = {View{&*flag}};
+    spec.args = {View{&slow.flag}};
     spec.wait = true;
-    EXPECT_TRUE(slow.Launch(*program, spec).ok());
+    EXPECT_TRUE(slow.session.Launch(slow.program, spec).ok());
     done = true;
   });
   absl::SleepFor(absl::Milliseconds(50));
   EXPECT_TRUE(KeepAliveRoundTrips(stub(), session_->id(), 20, absl::Seconds(30)));
   EXPECT_FALSE(done) << "the keep-alives should have been answered while the kernel ran";
   spinner.join();
+}
+
+TEST_P(StreamTest, ALongUnaryLaunchDoesNotHoldUpOtherCalls) {
+  // Unary Launch and ReplayGraph are served on the streams' completion queue too: one that
+  // runs long must leave the other calls answered.
+  Spinner slow = OpenSpinner();
+  std::atomic<bool> done{false};
+  std::thread spinner([&] {
+    EXPECT_TRUE(UnarySpin(slow).ok());
+    done = true;
+  });
+  absl::SleepFor(absl::Milliseconds(50));
+  EXPECT_TRUE(KeepAliveRoundTrips(stub(), session_->id(), 20, absl::Seconds(30)));
+  // A unary replay of an unknown graph is answered without a device turn.
+  v1::ReplayGraphRequest request;
+  request.set_session(session_->id());
+  request.set_graph(graph_->handle() + 1000);
+  grpc::ClientContext context;
+  context.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(30)));
+  v1::ReplayGraphReply reply;
+  EXPECT_EQ(stub().ReplayGraph(&context, request, &reply).error_code(), grpc::StatusCode::NOT_FOUND);
+  EXPECT_FALSE(done) << "the other calls should have been answered while the kernel ran";
+  spinner.join();
+  EXPECT_EQ((*slow.session.ReadVector<int64_t>(slow.flag, 1))[0], 1);
+}
+
+TEST_P(StreamTest, TheDaemonStopsWithAUnaryLaunchRunning) {
+  Spinner slow = OpenSpinner();
+  std::future<grpc::Status> launched = std::async(std::launch::async, [&] { return UnarySpin(slow); });
+  absl::SleepFor(absl::Milliseconds(100));
+  auto stopped = std::async(std::launch::async, [&] { daemon_.reset(); });
+  ASSERT_EQ(stopped.wait_for(std::chrono::seconds(30)), std::future_status::ready) << "the daemon did not stop";
+  // The kernel ran to its end; the call was answered or cancelled by the shutdown.
+  const grpc::StatusCode code = launched.get().error_code();
+  EXPECT_TRUE(code == grpc::StatusCode::OK || code == grpc::StatusCode::CANCELLED ||
+              code == grpc::StatusCode::UNAVAILABLE)
+      << code;
 }
 
 TEST_P(StreamTest, TheDaemonStopsWithStreamsOpenAndStalled) {

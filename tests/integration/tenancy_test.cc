@@ -46,6 +46,14 @@ TEST_F(TenancyTest, NoTokenOrAWrongOneIsUnauthenticated) {
   ctx.AddMetadata("authorization", "alice-token");
   v1::ListDevicesReply reply;
   EXPECT_EQ(stub().ListDevices(&ctx, v1::ListDevicesRequest(), &reply).error_code(), grpc::StatusCode::UNAUTHENTICATED);
+  // The unary calls served on the completion queue check the token the same way.
+  grpc::ClientContext launch_ctx, replay_ctx;
+  v1::LaunchReply launch_reply;
+  v1::ReplayGraphReply replay_reply;
+  EXPECT_EQ(stub().Launch(&launch_ctx, v1::LaunchRequest(), &launch_reply).error_code(),
+            grpc::StatusCode::UNAUTHENTICATED);
+  EXPECT_EQ(stub().ReplayGraph(&replay_ctx, v1::ReplayGraphRequest(), &replay_reply).error_code(),
+            grpc::StatusCode::UNAUTHENTICATED);
 }
 
 TEST_F(TenancyTest, TheRightTokenWorksEndToEnd) {
