@@ -245,7 +245,11 @@ class UnaryCall final : public QueuedCall {
  private:
   void Run() {
     grpc::Status status;
-    server_.RunOperation([&] { status = (server_.service_.*handler_)(&context_, &request_, &reply_); });
+    {
+      SessionStreamServer::RunningOperation running(server_);
+      v1::Replayd::Service& service = server_.service_;
+      status = (service.*handler_)(&context_, &request_, &reply_);
+    }
     responder_.Finish(reply_, status, &finish_);
   }
 
@@ -453,7 +457,10 @@ class SessionStream final : public QueuedCall, public ReplySink {
         }
       }
       if (request) {
-        server_.RunOperation([&] { runner_->Handle(*request, *reply.message); });
+        {
+          SessionStreamServer::RunningOperation running(server_);
+          runner_->Handle(*request, *reply.message);
+        }
         absl::MutexLock lock(&mu_);
         free_requests_.Give(std::move(request));
         if (broken_) {

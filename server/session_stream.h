@@ -119,13 +119,19 @@ class SessionStreamServer {
   bool RunHere() { return Quiet() && TakeInlineSlot(); }
   // Runs `task` on a worker; requests go to workers for kBusyNs after.
   void HandOff(std::function<void()> task);
-  // Runs `op`, counted as an operation running.
-  template <typename Op>
-  void RunOperation(Op&& op) {
-    running_.fetch_add(1, std::memory_order_acq_rel);
-    op();
-    running_.fetch_sub(1, std::memory_order_acq_rel);
-  }
+  // Counts an operation as running while it lives.
+  class RunningOperation {
+   public:
+    explicit RunningOperation(SessionStreamServer& server) : server_(server) {
+      server_.running_.fetch_add(1, std::memory_order_acq_rel);
+    }
+    ~RunningOperation() { server_.running_.fetch_sub(1, std::memory_order_acq_rel); }
+    RunningOperation(const RunningOperation&) = delete;
+    RunningOperation& operator=(const RunningOperation&) = delete;
+
+   private:
+    SessionStreamServer& server_;
+  };
   static int64_t NowNs();
 
   Engine& engine_;
