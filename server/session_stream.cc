@@ -226,18 +226,20 @@ class UnaryCall final : public QueuedCall {
   }
 
   void On(Kind kind, bool ok) override {
+    // Once Run has started the reply, another thread may take its completion and delete
+    // this call: nothing of it is used after Run.
+    SessionStreamServer& server = server_;
     if (kind == kNewCall && ok) {
-      server_.Listen(new UnaryCall(server_, request_method_, handler_));
-      if (server_.RunHere()) {
+      server.Listen(new UnaryCall(server, request_method_, handler_));
+      if (server.RunHere()) {
         Run();
-        server_.ReleaseInlineSlot();
+        server.ReleaseInlineSlot();
       } else {
-        server_.HandOff([this] { Run(); });
+        server.HandOff([this] { Run(); });
       }
       return;
     }
     // Finished, or no call as the server is shutting down.
-    SessionStreamServer& server = server_;
     delete this;
     server.Ended();
   }
