@@ -12,12 +12,13 @@
 #include "spdlog/spdlog.h"
 
 namespace replayd {
-namespace {
 
-int64_t NowNs() {
+int64_t SteadyNowNs() {
   return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
       .count();
 }
+
+namespace {
 
 // Interactive work this recent makes batch turns lower their thread.
 constexpr int64_t kInteractiveRecentNs = 1'000'000'000;
@@ -82,21 +83,21 @@ Scheduler::Queue* Scheduler::QueueFor(TenantAccount* account, const TenantLimits
   std::unique_ptr<Queue>& q = queues_[account];
   if (!q) {
     q = std::make_unique<Queue>(account);
-    fair_.SetShare(q.get(), limits.weight, limits.priority, NowNs());
+    fair_.SetShare(q.get(), limits.weight, limits.priority, SteadyNowNs());
   }
   return q.get();
 }
 
 void Scheduler::SetShare(Queue* queue, const TenantLimits& limits) {
   absl::MutexLock lock(&mu_);
-  fair_.SetShare(queue, limits.weight, limits.priority, NowNs());
+  fair_.SetShare(queue, limits.weight, limits.priority, SteadyNowNs());
 }
 
 absl::StatusOr<Scheduler::Turn> Scheduler::Acquire(Queue* queue, bool check_quota) {
   bool lower;
   {
     absl::MutexLock lock(&mu_);
-    const int64_t now = NowNs();
+    const int64_t now = SteadyNowNs();
     if (queue->priority == Priority::kInteractive) last_interactive_ns_ = now;
     if (!busy_ && fair_.waiting() == 0) {
       // Uncontended: still through the policy, so the turn counts in its virtual time.
@@ -119,14 +120,14 @@ absl::StatusOr<Scheduler::Turn> Scheduler::Acquire(Queue* queue, bool check_quot
     }
     lower = ShouldIdle(queue, now);  // as of the request: recency needs no finer clock
   }
-  Turn turn(this, queue, NowNs(), false);
+  Turn turn(this, queue, SteadyNowNs(), false);
   Lower(turn, lower);
   return turn;
 }
 
 void Scheduler::Renew(Turn& turn) {
   Queue* queue = turn.queue_;
-  const int64_t now = NowNs();
+  const int64_t now = SteadyNowNs();
   const int64_t cost = now - turn.start_ns_;
   queue->account->AddDeviceTime(cost);
   Waiter waiter;
@@ -142,7 +143,7 @@ void Scheduler::Renew(Turn& turn) {
     lower = !turn.idle_ && ShouldIdle(queue, now);
   }
   Lower(turn, lower);
-  turn.start_ns_ = NowNs();
+  turn.start_ns_ = SteadyNowNs();
 }
 
 bool Scheduler::ShouldIdle(const Queue* queue, int64_t now_ns) const {
@@ -158,7 +159,7 @@ void Scheduler::Release(Turn& turn) {
   if (turn.idle_ && !SetThreadPolicy(SCHED_OTHER))
     spdlog::error("a thread could not return from SCHED_IDLE: {}", std::strerror(errno));
   Queue* queue = turn.queue_;
-  const int64_t now = NowNs();
+  const int64_t now = SteadyNowNs();
   const int64_t cost = now - turn.start_ns_;
   queue->account->AddDeviceTime(cost);
   absl::MutexLock lock(&mu_);

@@ -34,6 +34,9 @@
 
 namespace replayd {
 
+// Now on the steady clock, in nanoseconds: the time base of the scheduler's charges.
+int64_t SteadyNowNs();
+
 struct SchedulerOptions {
   absl::Duration quantum = absl::Microseconds(500);  // banked while idle, times the weight
   absl::Duration batch_max_wait = absl::Milliseconds(20);

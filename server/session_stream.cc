@@ -1,7 +1,6 @@
 #include "server/session_stream.h"
 
 #include <algorithm>
-#include <chrono>
 #include <deque>
 #include <memory>
 #include <optional>
@@ -618,7 +617,7 @@ void SessionStreamServer::Poll() {
 void SessionStreamServer::Standby() {
   absl::MutexLock lock(&mu_);
   while (!stopping_) {
-    if (NowNs() - last_inline_ns_.load(std::memory_order_relaxed) > kIdleNs) {
+    if (SteadyNowNs() - last_inline_ns_.load(std::memory_order_relaxed) > kIdleNs) {
       // Nothing has run inline for a while: sleep until something does.
       standby_asleep_.store(true, std::memory_order_relaxed);
       auto woken = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
@@ -629,7 +628,7 @@ void SessionStreamServer::Standby() {
     }
     mu_.AwaitWithTimeout(absl::Condition(&stopping_), kStall);
     const int64_t since = saturated_since_ns_.load(std::memory_order_acquire);
-    if (stopping_ || since == 0 || NowNs() - since < absl::ToInt64Nanoseconds(kStall)) continue;
+    if (stopping_ || since == 0 || SteadyNowNs() - since < absl::ToInt64Nanoseconds(kStall)) continue;
     // Every polling thread has been running an operation for kStall: poll in their place
     // until one is free. What arrives now finds no inline slot and goes to a worker.
     mu_.Unlock();
@@ -646,11 +645,11 @@ void SessionStreamServer::Standby() {
 
 bool SessionStreamServer::Quiet() {
   return running_.load(std::memory_order_acquire) == 0 &&
-         NowNs() - last_handoff_ns_.load(std::memory_order_relaxed) > kBusyNs;
+         SteadyNowNs() - last_handoff_ns_.load(std::memory_order_relaxed) > kBusyNs;
 }
 
 void SessionStreamServer::HandOff(std::function<void()> task) {
-  last_handoff_ns_.store(NowNs(), std::memory_order_relaxed);
+  last_handoff_ns_.store(SteadyNowNs(), std::memory_order_relaxed);
   pool_.Run(std::move(task));
 }
 
@@ -659,7 +658,7 @@ bool SessionStreamServer::TakeInlineSlot() {
   do {
     if (free == 0) return false;
   } while (!inline_free_.compare_exchange_weak(free, free - 1, std::memory_order_acquire));
-  const int64_t now = NowNs();
+  const int64_t now = SteadyNowNs();
   last_inline_ns_.store(now, std::memory_order_relaxed);
   if (free == 1) saturated_since_ns_.store(now, std::memory_order_release);
   if (standby_asleep_.load(std::memory_order_relaxed)) {
@@ -673,11 +672,6 @@ void SessionStreamServer::ReleaseInlineSlot() {
   // Cleared first: a thread that takes the slot next sets it again.
   saturated_since_ns_.store(0, std::memory_order_release);
   inline_free_.fetch_add(1, std::memory_order_release);
-}
-
-int64_t SessionStreamServer::NowNs() {
-  return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
-      .count();
 }
 
 }  // namespace replayd

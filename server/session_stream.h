@@ -132,7 +132,6 @@ class SessionStreamServer {
    private:
     SessionStreamServer& server_;
   };
-  static int64_t NowNs();
 
   Engine& engine_;
   const Authenticator& auth_;
