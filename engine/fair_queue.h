@@ -13,10 +13,10 @@
 // tenant's queue is often empty for a moment between its items; it loses nothing by
 // that (a deficit round robin drops the credit of an emptied queue, and with such
 // sessions degrades to one item per tenant in turn, whatever the weights). A queue that
-// comes back after a longer pause is moved up to one quantum behind the least virtual
-// time of its class: while idle a tenant banks at most `quantum` times its weight of
-// device time, and debt (a virtual time ahead of the others) is kept, so a tenant
-// cannot clear it by pausing.
+// comes back is moved up to at most one quantum behind the least virtual time of its
+// class: while idle a tenant banks at most `quantum` times its weight of device time,
+// so a pause in which the others gain more than that costs it the difference, and debt
+// (a virtual time ahead of the others) is kept, so a tenant cannot clear it by pausing.
 //
 // Interactive queues go before batch queues. Batch work that waits is served at least
 // once every `batch_max_wait` even while interactive work keeps coming.
