@@ -565,10 +565,28 @@ void SessionStreamServer::Start() {
   for (int i = 0; i < options_.threads; ++i) threads_.emplace_back([this] { Poll(); });
   standby_ = std::thread([this] { Standby(); });
   Listen(new SessionStream(*this));
-  Listen(new UnaryCall<v1::ReplayGraphRequest, v1::ReplayGraphReply>(*this, &SessionStreamService::RequestReplayGraph,
-                                                                     &v1::Replayd::Service::ReplayGraph));
-  Listen(new UnaryCall<v1::LaunchRequest, v1::LaunchReply>(*this, &SessionStreamService::RequestLaunch,
-                                                           &v1::Replayd::Service::Launch));
+  using Service = v1::Replayd::Service;
+  ServeUnary(&SessionStreamService::RequestReplayGraph, &Service::ReplayGraph);
+  ServeUnary(&SessionStreamService::RequestLaunch, &Service::Launch);
+  ServeUnary(&SessionStreamService::RequestKeepAlive, &Service::KeepAlive);
+  ServeUnary(&SessionStreamService::RequestAllocBuffer, &Service::AllocBuffer);
+  ServeUnary(&SessionStreamService::RequestFreeBuffer, &Service::FreeBuffer);
+  ServeUnary(&SessionStreamService::RequestFreeProgram, &Service::FreeProgram);
+  ServeUnary(&SessionStreamService::RequestCopyBuffer, &Service::CopyBuffer);
+  ServeUnary(&SessionStreamService::RequestSynchronize, &Service::Synchronize);
+  ServeUnary(&SessionStreamService::RequestBeginCapture, &Service::BeginCapture);
+  ServeUnary(&SessionStreamService::RequestEndCapture, &Service::EndCapture);
+  ServeUnary(&SessionStreamService::RequestDefineGraph, &Service::DefineGraph);
+  ServeUnary(&SessionStreamService::RequestFreeGraph, &Service::FreeGraph);
+  ServeUnary(&SessionStreamService::RequestGraphInfo, &Service::GraphInfo);
+}
+
+template <typename RequestMessage, typename ReplyMessage, typename AsyncBase>
+void SessionStreamServer::ServeUnary(
+    void (AsyncBase::*request)(grpc::ServerContext*, RequestMessage*, grpc::ServerAsyncResponseWriter<ReplyMessage>*,
+                               grpc::CompletionQueue*, grpc::ServerCompletionQueue*, void*),
+    grpc::Status (v1::Replayd::Service::*handler)(grpc::ServerContext*, const RequestMessage*, ReplyMessage*)) {
+  Listen(new UnaryCall<RequestMessage, ReplyMessage>(*this, request, handler));
 }
 
 void SessionStreamServer::Stop() {

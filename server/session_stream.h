@@ -3,14 +3,14 @@
 // transport, not a second implementation.
 //
 // Streams are served on a completion queue of their own, polled by `threads` threads, and
-// so are the unary Launch and ReplayGraph calls (answered by the service's own handlers;
-// the other unary RPCs stay on gRPC's sync server). A request is run by the thread that
-// received it, so a round trip pays no thread hop: the poller that read the bytes runs
-// the operation and starts the reply's write. (With the hot unary calls on the sync
-// server, the polling thread's part in gRPC's hand-over of polling cost each of them a
-// hop: unary ReplayGraph 53.6 us against 46.8 us served here.) Every thread polling gRPC takes part in its
-// hand-over of polling, so each one costs every call of the daemon (unary ones too) a few
-// microseconds on a small machine; one is the default. Two things must not hold the
+// so are the short unary calls (see SessionStreamService), each answered by the service's
+// own handler for its method. A request is run by the thread that received it, so a
+// round trip pays no thread hop: the poller that read the bytes runs the operation and
+// starts the reply's write. Every thread polling gRPC takes part in its hand-over of
+// polling, so each one costs every call of the daemon a few microseconds on a small
+// machine, and one left on the sync server a hop (unary ReplayGraph took 53.6 us there
+// against 46.8 us served here; DefineGraph 2.4x an empty RPC against 2.0x); one polling
+// thread is the default. Two things must not hold the
 // polling threads, or one client could stall every other stream: a replay sequence
 // (long, and its streamed reads wait for the client to take them) goes to a worker of a
 // pool that grows with the streams needing one (`WorkerPool`); and when every polling
@@ -55,10 +55,28 @@
 
 namespace replayd {
 
-// The Replayd service with Session, ReplayGraph and Launch served on a completion queue,
-// the rest synchronously.
-using SessionStreamService = v1::Replayd::WithAsyncMethod_Session<
-    v1::Replayd::WithAsyncMethod_ReplayGraph<v1::Replayd::WithAsyncMethod_Launch<v1::Replayd::Service>>>;
+// The Replayd service with Session and the short unary methods served on a completion
+// queue (SessionStreamServer), and the others (ListDevices, OpenSession, CloseSession,
+// LoadProgram with its compile, the WriteBuffer and ReadBuffer transfers) on gRPC's sync
+// server.
+// clang-format off
+using SessionStreamService =
+    v1::Replayd::WithAsyncMethod_Session<
+    v1::Replayd::WithAsyncMethod_ReplayGraph<
+    v1::Replayd::WithAsyncMethod_Launch<
+    v1::Replayd::WithAsyncMethod_KeepAlive<
+    v1::Replayd::WithAsyncMethod_AllocBuffer<
+    v1::Replayd::WithAsyncMethod_FreeBuffer<
+    v1::Replayd::WithAsyncMethod_FreeProgram<
+    v1::Replayd::WithAsyncMethod_CopyBuffer<
+    v1::Replayd::WithAsyncMethod_Synchronize<
+    v1::Replayd::WithAsyncMethod_BeginCapture<
+    v1::Replayd::WithAsyncMethod_EndCapture<
+    v1::Replayd::WithAsyncMethod_DefineGraph<
+    v1::Replayd::WithAsyncMethod_FreeGraph<
+    v1::Replayd::WithAsyncMethod_GraphInfo<
+    v1::Replayd::Service>>>>>>>>>>>>>>;
+// clang-format on
 
 struct SessionStreamOptions {
   size_t window = 8;  // unanswered operations per stream read ahead; see above
@@ -70,8 +88,8 @@ class SessionStream;
 template <typename RequestMessage, typename ReplyMessage>
 class UnaryCall;
 
-// Serves the Session, Launch and ReplayGraph methods of a service. Thread safety: Start
-// and Stop from one thread.
+// Serves the methods of SessionStreamService marked async. Thread safety: Start and Stop
+// from one thread.
 class SessionStreamServer {
  public:
   // Adds the streams' completion queue to `builder`: construct before BuildAndStart, then
@@ -103,6 +121,14 @@ class SessionStreamServer {
 
   // Waits for the next call of `call`'s method, unless stopping (then deletes it).
   void Listen(QueuedCall* call);
+  // Serves a unary method on the queue: `request` is the service's Request<Method>, `handler`
+  // its synchronous handler, which answers each call.
+  template <typename RequestMessage, typename ReplyMessage, typename AsyncBase>
+  void ServeUnary(void (AsyncBase::*request)(grpc::ServerContext*, RequestMessage*,
+                                             grpc::ServerAsyncResponseWriter<ReplyMessage>*, grpc::CompletionQueue*,
+                                             grpc::ServerCompletionQueue*, void*),
+                  grpc::Status (v1::Replayd::Service::*handler)(grpc::ServerContext*, const RequestMessage*,
+                                                                 ReplyMessage*));
   void Ended();
   void Poll();
   void Standby();
