@@ -40,6 +40,9 @@ ABSL_FLAG(int, stream_window, 8,
 ABSL_FLAG(int, stream_threads, 1,
           "threads polling the Session streams, each running the requests it receives; every polling thread "
           "costs each call a little, so more pay off only with many busy streams on many cores");
+ABSL_FLAG(int, stream_workers, 1024,
+          "most operations running at once on worker threads (replay sequences, and requests that arrive "
+          "while others run); past it a request is refused with RESOURCE_EXHAUSTED");
 ABSL_FLAG(std::string, tenants, "", "tenants file (protobuf text, see tenants.proto); reloaded on SIGHUP");
 ABSL_FLAG(bool, allow_remote_without_tenants, false,
           "serve a non-loopback --listen address without --tenants (no authentication)");
@@ -129,8 +132,13 @@ int main(int argc, char** argv) {
     spdlog::error("--stream_threads must be in [1, 256]");
     return 2;
   }
+  if (absl::GetFlag(FLAGS_stream_workers) < 1 || absl::GetFlag(FLAGS_stream_workers) > 65536) {
+    spdlog::error("--stream_workers must be in [1, 65536]");
+    return 2;
+  }
   options.streams.window = absl::GetFlag(FLAGS_stream_window);
   options.streams.threads = absl::GetFlag(FLAGS_stream_threads);
+  options.streams.workers = absl::GetFlag(FLAGS_stream_workers);
   options.engine.graph_cache.max_graphs = absl::GetFlag(FLAGS_graph_cache_graphs);
   options.engine.graph_cache.max_bytes = absl::GetFlag(FLAGS_graph_cache_bytes);
 

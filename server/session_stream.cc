@@ -119,13 +119,16 @@ class StreamRunner {
   StreamRunner(Engine& engine, std::string tenant, ReplySink& sink)
       : engine_(engine), tenant_(std::move(tenant)), ops_(sink) {}
 
-  // Runs `request` and fills `reply` with its answer.
-  void Handle(const v1::SessionRequest& request, v1::SessionReply& reply) {
+  // Runs `request` and fills `reply` with its answer; with `refused`, fails it with that
+  // status instead.
+  void Handle(const v1::SessionRequest& request, v1::SessionReply& reply, const absl::Status* refused = nullptr) {
     reply.Clear();
     reply.set_seq(request.seq());
     reply.set_final(true);
     absl::Status status;
-    if (!session_ || (request.session() != 0 && request.session() != session_->id())) {
+    if (refused) {
+      status = *refused;
+    } else if (!session_ || (request.session() != 0 && request.session() != session_->id())) {
       absl::StatusOr<std::shared_ptr<Session>> found =
           session_ ? absl::InvalidArgumentError("a Session stream serves one session")
                    : engine_.FindSession(tenant_, request.session());
@@ -233,8 +236,8 @@ class UnaryCall final : public QueuedCall {
       if (server.RunHere()) {
         Run();
         server.ReleaseInlineSlot();
-      } else {
-        server.HandOff([this] { Run(); });
+      } else if (absl::Status s = server.HandOff([this] { Run(); }); !s.ok()) {
+        responder_.Finish(reply_, ToGrpc(s), &finish_);
       }
       return;
     }
@@ -381,7 +384,7 @@ class SessionStream final : public QueuedCall, public ReplySink {
         // goes out with the reply instead of in a packet of its own that would wake the
         // client once more per round trip. A request queued behind a running one reads
         // ahead at once.
-        run_here = TakeTurn();
+        run_here = TakeTurn(io);
         if (!run_here) StartRead(io);
       }
     }
@@ -419,21 +422,36 @@ class SessionStream final : public QueuedCall, public ReplySink {
 
   // Takes the turn to run the queued requests if no thread holds it. True when the
   // calling (polling) thread should run them; otherwise a worker does, or already is.
-  bool TakeTurn() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+  bool TakeTurn(Io& io) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     if (running_ || broken_) return false;
     running_ = true;
     if (!IsSequence(*requests_.front()) && server_.RunHere()) return true;
-    HandOff();
+    HandOff(io);
     return false;
   }
 
-  // Gives the turn to a worker.
-  void HandOff() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+  // Gives the turn to a worker. With none to be had, the queued requests fail with the
+  // refusal (as failed operations: what follows them is cancelled unless it resumes) and
+  // the turn is given up.
+  void HandOff(Io& io) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     ++refs_;
-    server_.HandOff([this] {
+    absl::Status handed = server_.HandOff([this] {
       Drain(/*inline_slot=*/false);
       Release();
     });
+    if (handed.ok()) return;
+    --refs_;  // the caller holds another
+    for (std::unique_ptr<v1::SessionRequest>& request : requests_) {
+      Reply reply{free_replies_.Take(), true};
+      runner_->Handle(*request, *reply.message, &handed);
+      replies_.push_back(std::move(reply));
+      free_requests_.Give(std::move(request));
+    }
+    requests_.clear();
+    running_ = false;
+    StartWrite(io);
+    StartRead(io);
+    MaybeFinish(io);
   }
 
   // Holding the turn: runs the queued requests in order until none is left.
@@ -449,7 +467,7 @@ class SessionStream final : public QueuedCall, public ReplySink {
           MaybeFinish(io);
           more = false;
         } else if (inline_slot && IsSequence(*requests_.front())) {
-          HandOff();
+          HandOff(io);
           more = false;
         } else {
           request = std::move(requests_.front());
@@ -555,9 +573,10 @@ SessionStreamServer::SessionStreamServer(Engine& engine, const Authenticator& au
     : engine_(engine),
       auth_(auth),
       service_(service),
-      options_{std::max<size_t>(options.window, 1), std::max(options.threads, 1)},
+      options_{std::max<size_t>(options.window, 1), std::max(options.threads, 1), std::max<size_t>(options.workers, 1)},
       queue_(builder.AddCompletionQueue()),
-      inline_free_(options_.threads) {}
+      inline_free_(options_.threads),
+      pool_(options_.workers) {}
 
 SessionStreamServer::~SessionStreamServer() { Stop(); }
 
@@ -666,9 +685,11 @@ bool SessionStreamServer::Quiet() {
          SteadyNowNs() - last_handoff_ns_.load(std::memory_order_relaxed) > kBusyNs;
 }
 
-void SessionStreamServer::HandOff(std::function<void()> task) {
+absl::Status SessionStreamServer::HandOff(std::function<void()> task) {
   last_handoff_ns_.store(SteadyNowNs(), std::memory_order_relaxed);
-  pool_.Run(std::move(task));
+  if (pool_.Run(std::move(task))) return absl::OkStatus();
+  return absl::ResourceExhaustedError(absl::StrCat("the daemon is running its most operations at once (",
+                                                   options_.workers, ", --stream_workers); try again"));
 }
 
 bool SessionStreamServer::TakeInlineSlot() {

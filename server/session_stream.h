@@ -13,7 +13,9 @@
 // thread is the default. Two things must not hold the
 // polling threads, or one client could stall every other stream: a replay sequence
 // (long, and its streamed reads wait for the client to take them) goes to a worker of a
-// pool that grows with the streams needing one (`WorkerPool`); and when every polling
+// pool that grows with the streams needing one (`WorkerPool`, at most `workers` threads:
+// past them a request that needs one is refused with RESOURCE_EXHAUSTED, and a stream's
+// requests queued behind it fail as after any failed operation); and when every polling
 // thread has been running an operation for `kStall`, a standby thread polls in their
 // place until one is free, and what it receives goes to a worker. The standby checks
 // every `kStall` while operations run and sleeps while the daemon is idle. A request also
@@ -79,8 +81,9 @@ using SessionStreamService =
 // clang-format on
 
 struct SessionStreamOptions {
-  size_t window = 8;  // unanswered operations per stream read ahead; see above
-  int threads = 1;    // threads polling the streams' completion queue (and running requests)
+  size_t window = 8;      // unanswered operations per stream read ahead; see above
+  int threads = 1;        // threads polling the streams' completion queue (and running requests)
+  size_t workers = 1024;  // most operations running on workers at once; past it they are refused
 };
 
 class QueuedCall;
@@ -128,7 +131,7 @@ class SessionStreamServer {
                                              grpc::ServerAsyncResponseWriter<ReplyMessage>*, grpc::CompletionQueue*,
                                              grpc::ServerCompletionQueue*, void*),
                   grpc::Status (v1::Replayd::Service::*handler)(grpc::ServerContext*, const RequestMessage*,
-                                                                 ReplyMessage*));
+                                                                ReplyMessage*));
   void Ended();
   void Poll();
   void Standby();
@@ -144,7 +147,8 @@ class SessionStreamServer {
   // taken; release it after); false when it goes to a worker.
   bool RunHere() { return Quiet() && TakeInlineSlot(); }
   // Runs `task` on a worker; requests go to workers for kBusyNs after.
-  void HandOff(std::function<void()> task);
+  // RESOURCE_EXHAUSTED, and `task` dropped unrun, when `workers` are all busy.
+  absl::Status HandOff(std::function<void()> task);
   // Counts an operation as running while it lives.
   class RunningOperation {
    public:
@@ -162,7 +166,7 @@ class SessionStreamServer {
   Engine& engine_;
   const Authenticator& auth_;
   SessionStreamService& service_;
-  const SessionStreamOptions options_;  // window and threads at least 1
+  const SessionStreamOptions options_;  // window, threads and workers at least 1
   std::unique_ptr<grpc::ServerCompletionQueue> queue_;
   std::vector<std::thread> threads_;
   std::thread standby_;

@@ -1,6 +1,7 @@
 #include "server/worker_pool.h"
 
 #include <algorithm>
+#include <system_error>
 
 namespace replayd {
 
@@ -14,12 +15,20 @@ WorkerPool::~WorkerPool() {
   for (std::thread& t : threads) t.join();
 }
 
-void WorkerPool::Run(std::function<void()> task) {
+bool WorkerPool::Run(std::function<void()> task) {
   absl::MutexLock lock(&mu_);
   JoinEnded();
+  // Each idle worker takes one task; a task with no idle worker left for it starts one.
+  if (static_cast<size_t>(idle_) <= tasks_.size()) {
+    if (threads_.size() >= max_threads_) return false;
+    try {
+      threads_.emplace_back([this] { WorkerMain(); });
+    } catch (const std::system_error&) {
+      return false;
+    }
+  }
   tasks_.push_back(std::move(task));
-  // Each idle worker takes one task; more tasks than idle workers start new ones.
-  if (static_cast<size_t>(idle_) < tasks_.size()) threads_.emplace_back([this] { WorkerMain(); });
+  return true;
 }
 
 void WorkerPool::WorkerMain() {

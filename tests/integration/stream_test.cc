@@ -6,6 +6,7 @@
 #include <cstring>
 #include <future>
 #include <fstream>
+#include <functional>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
@@ -26,9 +27,18 @@ const Variable kPos{"pos", 1, 1000, 1};
 // reading ahead (window 8): the semantics are the same.
 class StreamTest : public DaemonFixture, public ::testing::WithParamInterface<size_t> {
  protected:
-  void SetUp() override {
+  void SetUp() override { StartWith(nullptr); }
+
+  // (Re)starts the daemon with `adjust` applied to its options, and makes the session,
+  // the step program and its one-call graph.
+  void StartWith(std::function<void(DaemonOptions&)> adjust) {
+    graph_.reset();
+    x_.reset();
+    program_.reset();
+    session_.reset();
     Options options;
     options.stream_window = GetParam();
+    options.adjust = std::move(adjust);
     Start(options);
     session_ = std::make_unique<Session>(Open());
     program_ = std::make_unique<Program>(*session_->Load({"cpu-c", kStep, "step", *ParseSignature("inout,int32"), {}}));
@@ -554,6 +564,61 @@ TEST_P(StreamTest, ALongUnaryLaunchDoesNotHoldUpOtherCalls) {
   EXPECT_FALSE(done) << "the other calls should have been answered while the kernel ran";
   spinner.join();
   EXPECT_EQ((*slow.session.ReadVector<int64_t>(slow.flag, 1))[0], 1);
+}
+
+TEST_P(StreamTest, PastItsWorkersTheDaemonRefusesOperationsAndThenRecovers) {
+  StartWith([](DaemonOptions& d) { d.streams.workers = 1; });
+  // A sequence streaming to a client that never reads holds the one worker.
+  absl::StatusOr<Buffer> big = session_->Alloc(256 << 10);
+  ASSERT_TRUE(big.ok());
+  auto stalled = OpenRaw();
+  ASSERT_TRUE(stalled->stream->Write(EndlessStreamedSequence(*big, 256 << 10)));
+  absl::SleepFor(absl::Milliseconds(200));
+
+  // Another stream's sequence needs a worker: refused.
+  auto raw = OpenRaw();
+  v1::SessionRequest sequence = EndlessStreamedSequence(*x_, 8);
+  sequence.mutable_replay_sequence()->set_count(4);
+  ASSERT_TRUE(raw->stream->Write(sequence));
+  v1::SessionReply reply;
+  ASSERT_TRUE(raw->stream->Read(&reply));
+  EXPECT_EQ(reply.seq(), 1u);
+  EXPECT_EQ(reply.code(), static_cast<int>(absl::StatusCode::kResourceExhausted)) << reply.message();
+  EXPECT_THAT(reply.message(), HasSubstr("--stream_workers"));
+  // A unary call that would run on a worker (the daemon is busy) is refused the same way.
+  v1::ReplayGraphRequest unary;
+  unary.set_session(session_->id());
+  unary.set_graph(graph_->handle());
+  grpc::ClientContext context;
+  context.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(30)));
+  v1::ReplayGraphReply unary_reply;
+  EXPECT_EQ(stub().ReplayGraph(&context, unary, &unary_reply).error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
+
+  // Once the worker is free, the same stream works again.
+  stalled->context.TryCancel();
+  stalled->stream->Finish();
+  bool recovered = false;
+  for (uint64_t seq = 2; seq < 200 && !recovered; ++seq) {
+    v1::SessionRequest keep_alive = Request(seq);
+    keep_alive.mutable_keep_alive();
+    keep_alive.set_resume(true);
+    ASSERT_TRUE(raw->stream->Write(keep_alive));
+    ASSERT_TRUE(raw->stream->Read(&reply));
+    recovered = reply.code() == 0;
+    if (!recovered) absl::SleepFor(absl::Milliseconds(20));
+  }
+  EXPECT_TRUE(recovered) << reply.message();
+  Reset(0);
+  sequence.set_seq(1000);
+  ASSERT_TRUE(raw->stream->Write(sequence));  // 4 replays of x = 2x + pos, pos 1 (no step)
+  for (bool last = false; !last;) {
+    ASSERT_TRUE(raw->stream->Read(&reply));
+    ASSERT_EQ(reply.code(), 0) << reply.message();
+    last = reply.final();
+  }
+  raw->stream->WritesDone();
+  EXPECT_TRUE(raw->stream->Finish().ok());
+  EXPECT_EQ(Value(), Expected(0, {1, 1, 1, 1}));
 }
 
 TEST_P(StreamTest, TheDaemonStopsWithAUnaryLaunchRunning) {
