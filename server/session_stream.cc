@@ -688,8 +688,8 @@ bool SessionStreamServer::Quiet() {
 absl::Status SessionStreamServer::HandOff(std::function<void()> task) {
   last_handoff_ns_.store(SteadyNowNs(), std::memory_order_relaxed);
   if (pool_.Run(std::move(task))) return absl::OkStatus();
-  return absl::ResourceExhaustedError(absl::StrCat("the daemon is running its most operations at once (",
-                                                   options_.workers, ", --stream_workers); try again"));
+  return absl::ResourceExhaustedError(absl::StrCat("no worker free to run it: the daemon runs at most ", options_.workers,
+                                                   " operations at once on workers (--stream_workers); try again"));
 }
 
 bool SessionStreamServer::TakeInlineSlot() {
