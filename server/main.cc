@@ -43,6 +43,9 @@ ABSL_FLAG(int, stream_threads, 1,
 ABSL_FLAG(int, stream_workers, 1024,
           "most operations running at once on worker threads (replay sequences, and requests that arrive "
           "while others run); past it a request is refused with RESOURCE_EXHAUSTED");
+ABSL_FLAG(int, stream_workers_per_tenant, 256,
+          "most of the --stream_workers one tenant's operations may hold at once; past it its requests that "
+          "need a worker are refused with RESOURCE_EXHAUSTED, so no tenant can take them all");
 ABSL_FLAG(std::string, tenants, "", "tenants file (protobuf text, see tenants.proto); reloaded on SIGHUP");
 ABSL_FLAG(bool, allow_remote_without_tenants, false,
           "serve a non-loopback --listen address without --tenants (no authentication)");
@@ -132,13 +135,15 @@ int main(int argc, char** argv) {
     spdlog::error("--stream_threads must be in [1, 256]");
     return 2;
   }
-  if (absl::GetFlag(FLAGS_stream_workers) < 1 || absl::GetFlag(FLAGS_stream_workers) > 65536) {
-    spdlog::error("--stream_workers must be in [1, 65536]");
+  if (absl::GetFlag(FLAGS_stream_workers) < 1 || absl::GetFlag(FLAGS_stream_workers) > 65536 ||
+      absl::GetFlag(FLAGS_stream_workers_per_tenant) < 1 || absl::GetFlag(FLAGS_stream_workers_per_tenant) > 65536) {
+    spdlog::error("--stream_workers and --stream_workers_per_tenant must be in [1, 65536]");
     return 2;
   }
   options.streams.window = absl::GetFlag(FLAGS_stream_window);
   options.streams.threads = absl::GetFlag(FLAGS_stream_threads);
   options.streams.workers = absl::GetFlag(FLAGS_stream_workers);
+  options.streams.workers_per_tenant = absl::GetFlag(FLAGS_stream_workers_per_tenant);
   options.engine.graph_cache.max_graphs = absl::GetFlag(FLAGS_graph_cache_graphs);
   options.engine.graph_cache.max_bytes = absl::GetFlag(FLAGS_graph_cache_bytes);
 

@@ -119,6 +119,8 @@ class StreamRunner {
   StreamRunner(Engine& engine, std::string tenant, ReplySink& sink)
       : engine_(engine), tenant_(std::move(tenant)), ops_(sink) {}
 
+  const std::string& tenant() const { return tenant_; }
+
   // Runs `request` and fills `reply` with its answer; with `refused`, fails it with that
   // status instead.
   void Handle(const v1::SessionRequest& request, v1::SessionReply& reply, const absl::Status* refused = nullptr) {
@@ -236,8 +238,11 @@ class UnaryCall final : public QueuedCall {
       if (server.RunHere()) {
         Run();
         server.ReleaseInlineSlot();
-      } else if (absl::Status s = server.HandOff([this] { Run(); }); !s.ok()) {
-        responder_.Finish(reply_, ToGrpc(s), &finish_);
+      } else {
+        // The tenant is needed to count its workers; a caller without one takes none.
+        absl::StatusOr<std::shared_ptr<const Tenant>> caller = server.auth_.Authenticate(context_);
+        absl::Status s = caller.ok() ? server.HandOff((*caller)->name, [this] { Run(); }) : caller.status();
+        if (!s.ok()) responder_.Finish(reply_, ToGrpc(s), &finish_);
       }
       return;
     }
@@ -435,7 +440,7 @@ class SessionStream final : public QueuedCall, public ReplySink {
   // the turn is given up.
   void HandOff(Io& io) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     ++refs_;
-    absl::Status handed = server_.HandOff([this] {
+    absl::Status handed = server_.HandOff(runner_->tenant(), [this] {
       Drain(/*inline_slot=*/false);
       Release();
     });
@@ -573,7 +578,8 @@ SessionStreamServer::SessionStreamServer(Engine& engine, const Authenticator& au
     : engine_(engine),
       auth_(auth),
       service_(service),
-      options_{std::max<size_t>(options.window, 1), std::max(options.threads, 1), std::max<size_t>(options.workers, 1)},
+      options_{std::max<size_t>(options.window, 1), std::max(options.threads, 1), std::max<size_t>(options.workers, 1),
+               std::max<size_t>(options.workers_per_tenant, 1)},
       queue_(builder.AddCompletionQueue()),
       inline_free_(options_.threads),
       pool_(options_.workers) {}
@@ -685,11 +691,34 @@ bool SessionStreamServer::Quiet() {
          SteadyNowNs() - last_handoff_ns_.load(std::memory_order_relaxed) > kBusyNs;
 }
 
-absl::Status SessionStreamServer::HandOff(std::function<void()> task) {
+absl::Status SessionStreamServer::HandOff(const std::string& tenant, std::function<void()> task) {
   last_handoff_ns_.store(SteadyNowNs(), std::memory_order_relaxed);
-  if (pool_.Run(std::move(task))) return absl::OkStatus();
+  {
+    absl::MutexLock lock(&workers_mu_);
+    size_t& held = tenant_workers_[tenant];
+    if (held >= options_.workers_per_tenant) {
+      return absl::ResourceExhaustedError(absl::StrCat("no worker for it: tenant ", tenant, " has ", held,
+                                                       " operations on workers, its most "
+                                                       "(--stream_workers_per_tenant); try again"));
+    }
+    ++held;
+  }
+  // The worker gives its count back after the task, which may end the call; the server
+  // outlives its workers (pool_ is destroyed first).
+  if (pool_.Run([this, tenant, task = std::move(task)] {
+        task();
+        ReleaseWorker(tenant);
+      }))
+    return absl::OkStatus();
+  ReleaseWorker(tenant);
   return absl::ResourceExhaustedError(absl::StrCat("no worker free to run it: the daemon runs at most ", options_.workers,
                                                    " operations at once on workers (--stream_workers); try again"));
+}
+
+void SessionStreamServer::ReleaseWorker(const std::string& tenant) {
+  absl::MutexLock lock(&workers_mu_);
+  auto it = tenant_workers_.find(tenant);
+  if (--it->second == 0) tenant_workers_.erase(it);
 }
 
 bool SessionStreamServer::TakeInlineSlot() {

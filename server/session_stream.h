@@ -13,9 +13,10 @@
 // thread is the default. Two things must not hold the
 // polling threads, or one client could stall every other stream: a replay sequence
 // (long, and its streamed reads wait for the client to take them) goes to a worker of a
-// pool that grows with the streams needing one (`WorkerPool`, at most `workers` threads:
-// past them a request that needs one is refused with RESOURCE_EXHAUSTED, and a stream's
-// requests queued behind it fail as after any failed operation); and when every polling
+// pool that grows with the streams needing one (`WorkerPool`, at most `workers` threads,
+// `workers_per_tenant` of them for one tenant's operations: past a limit a request that
+// needs one is refused with RESOURCE_EXHAUSTED, and a stream's requests queued behind it
+// fail as after any failed operation); and when every polling
 // thread has been running an operation for `kStall`, a standby thread polls in their
 // place until one is free, and what it receives goes to a worker. The standby checks
 // every `kStall` while operations run and sleeps while the daemon is idle. A request also
@@ -48,6 +49,7 @@
 #include <thread>
 #include <vector>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "engine/engine.h"
@@ -84,6 +86,8 @@ struct SessionStreamOptions {
   size_t window = 8;      // unanswered operations per stream read ahead; see above
   int threads = 1;        // threads polling the streams' completion queue (and running requests)
   size_t workers = 1024;  // most operations running on workers at once; past it they are refused
+  // Most of those one tenant's operations may hold, so that no tenant can take them all.
+  size_t workers_per_tenant = 256;
 };
 
 class QueuedCall;
@@ -146,9 +150,11 @@ class SessionStreamServer {
   // True when the calling polling thread may run an operation now (Quiet and a slot
   // taken; release it after); false when it goes to a worker.
   bool RunHere() { return Quiet() && TakeInlineSlot(); }
-  // Runs `task` on a worker; requests go to workers for kBusyNs after.
-  // RESOURCE_EXHAUSTED, and `task` dropped unrun, when `workers` are all busy.
-  absl::Status HandOff(std::function<void()> task);
+  // Runs `task`, an operation of `tenant`, on a worker; requests go to workers for kBusyNs
+  // after. RESOURCE_EXHAUSTED, and `task` dropped unrun, when `workers` are all busy or
+  // the tenant's operations hold `workers_per_tenant` of them.
+  absl::Status HandOff(const std::string& tenant, std::function<void()> task);
+  void ReleaseWorker(const std::string& tenant);
   // Counts an operation as running while it lives.
   class RunningOperation {
    public:
@@ -166,7 +172,7 @@ class SessionStreamServer {
   Engine& engine_;
   const Authenticator& auth_;
   SessionStreamService& service_;
-  const SessionStreamOptions options_;  // window, threads and workers at least 1
+  const SessionStreamOptions options_;  // every field at least 1
   std::unique_ptr<grpc::ServerCompletionQueue> queue_;
   std::vector<std::thread> threads_;
   std::thread standby_;
@@ -180,6 +186,8 @@ class SessionStreamServer {
   int live_ ABSL_GUARDED_BY(mu_) = 0;  // calls, counting those waiting to be called
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   bool stopped_ = false;
+  absl::Mutex workers_mu_;
+  absl::flat_hash_map<std::string, size_t> tenant_workers_ ABSL_GUARDED_BY(workers_mu_);  // only above 0
   // Declared last, so destroyed first: the workers end before what they use.
   WorkerPool pool_;
 };

@@ -7,6 +7,8 @@
 #include <fstream>
 #include <functional>
 
+#include "absl/time/clock.h"
+
 #include "tests/integration/daemon_fixture.h"
 #include "tests/support/tenants_file.h"
 
@@ -376,6 +378,57 @@ TEST_F(TenancyTest, AFileThatDoesNotParseIsRejectedWithItsLineAndTheOldPolicySta
   Write("tenant { name: \"x\" token_sha256: \"abc\" }\n");
   EXPECT_THAT(std::string(daemon_->ReloadTenants().message()), HasSubstr("64 hex digits"));
   EXPECT_TRUE(As("alice-token").OpenSession("cpu:0").ok()) << "the old policy is still in force";
+}
+
+TEST_F(TenancyTest, ATenantHoldingItsWorkersDoesNotHoldUpAnother) {
+  Options options;
+  options.tenants_file = file_;
+  options.adjust = [](DaemonOptions& d) { d.streams.workers_per_tenant = 1; };
+  Start(options);
+  Client alice = As("alice-token");
+  auto s = alice.OpenSession("cpu:0");
+  ASSERT_TRUE(s.ok()) << s.status();
+  auto affine = s->Load({"cpu-c", kAffineSource, "affine", *ParseSignature("out,in,int32,int32"), {}});
+  auto in = s->Alloc(256 << 10), out = s->Alloc(256 << 10);
+  ASSERT_TRUE(affine.ok() && in.ok() && out.ok());
+  const Variable pos{"pos", 1, 1000000, 1};
+  ASSERT_TRUE(s->BeginCapture({&*in}, {pos}).ok());
+  LaunchSpec spec;
+  spec.args = {View{&*out}, View{&*in}, int64_t{16}, Expr{"pos"}};
+  spec.variables = {{pos, 1}};
+  ASSERT_TRUE(s->Launch(*affine, spec).ok());
+  auto graph = s->EndCapture({&*out});
+  ASSERT_TRUE(graph.ok()) << graph.status();
+
+  // Alice's sequence streams 256 KiB per replay to a stream that never reads: it holds a
+  // worker, her one, until the stream ends.
+  grpc::ClientContext stalled;
+  Authorize(stalled, "alice-token");
+  auto stream = stub().Session(&stalled);
+  v1::SessionRequest r;
+  r.set_seq(1);
+  r.set_session(s->id());
+  v1::ReplaySequenceRequest* sequence = r.mutable_replay_sequence();
+  sequence->set_graph(graph->handle());
+  sequence->add_base()->set_buffer(in->handle());
+  sequence->add_base()->set_buffer(out->handle());
+  sequence->add_base()->set_int_value(1);
+  sequence->set_step_param(2);
+  sequence->set_count(100000);
+  sequence->set_stream_reads(true);
+  sequence->add_reads()->set_buffer(out->handle());
+  ASSERT_TRUE(stream->Write(r));
+  absl::SleepFor(absl::Milliseconds(200));
+
+  // With an operation running, requests go to workers: alice has none left, erin has hers.
+  auto refused = s->KeepAlive();
+  EXPECT_EQ(refused.code(), absl::StatusCode::kResourceExhausted) << refused;
+  EXPECT_THAT(std::string(refused.message()), HasSubstr("tenant alice"));
+  auto erin = As("erin-token").OpenSession("cpu:0");
+  ASSERT_TRUE(erin.ok()) << erin.status();
+  EXPECT_TRUE(erin->KeepAlive().ok());
+  stalled.TryCancel();
+  stream->Finish();
 }
 
 TEST_F(TenancyTest, TheStreamIsAuthenticatedToo) {
