@@ -3,6 +3,8 @@
 
 #include <cstdlib>
 #include <filesystem>
+#include <optional>
+#include <string>
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
@@ -71,6 +73,14 @@ std::filesystem::path DefaultCacheDir() {
   return "/var/cache/replayd";
 }
 
+// The value of `flag` when it is in [lo, hi]; otherwise says so in the log.
+std::optional<int> IntFlagIn(const absl::Flag<int>& flag, int lo, int hi) {
+  const int value = absl::GetFlag(flag);
+  if (value >= lo && value <= hi) return value;
+  spdlog::error("--{} must be in [{}, {}]", std::string(absl::GetFlagReflectionHandle(flag).Name()), lo, hi);
+  return std::nullopt;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -127,23 +137,15 @@ int main(int argc, char** argv) {
     return 2;
   }
   options.engine.batch.first_limit = absl::GetFlag(FLAGS_graph_batch);
-  if (absl::GetFlag(FLAGS_stream_window) < 0 || absl::GetFlag(FLAGS_stream_window) > 65536) {
-    spdlog::error("--stream_window must be in [0, 65536]");
-    return 2;
-  }
-  if (absl::GetFlag(FLAGS_stream_threads) < 1 || absl::GetFlag(FLAGS_stream_threads) > 256) {
-    spdlog::error("--stream_threads must be in [1, 256]");
-    return 2;
-  }
-  if (absl::GetFlag(FLAGS_stream_workers) < 1 || absl::GetFlag(FLAGS_stream_workers) > 65536 ||
-      absl::GetFlag(FLAGS_stream_workers_per_tenant) < 1 || absl::GetFlag(FLAGS_stream_workers_per_tenant) > 65536) {
-    spdlog::error("--stream_workers and --stream_workers_per_tenant must be in [1, 65536]");
-    return 2;
-  }
-  options.streams.window = absl::GetFlag(FLAGS_stream_window);
-  options.streams.threads = absl::GetFlag(FLAGS_stream_threads);
-  options.streams.workers = absl::GetFlag(FLAGS_stream_workers);
-  options.streams.workers_per_tenant = absl::GetFlag(FLAGS_stream_workers_per_tenant);
+  const std::optional<int> stream_window = IntFlagIn(FLAGS_stream_window, 0, 65536),
+                           stream_threads = IntFlagIn(FLAGS_stream_threads, 1, 256),
+                           stream_workers = IntFlagIn(FLAGS_stream_workers, 1, 65536),
+                           workers_per_tenant = IntFlagIn(FLAGS_stream_workers_per_tenant, 1, 65536);
+  if (!stream_window || !stream_threads || !stream_workers || !workers_per_tenant) return 2;
+  options.streams.window = *stream_window;
+  options.streams.threads = *stream_threads;
+  options.streams.workers = *stream_workers;
+  options.streams.workers_per_tenant = *workers_per_tenant;
   options.engine.graph_cache.max_graphs = absl::GetFlag(FLAGS_graph_cache_graphs);
   options.engine.graph_cache.max_bytes = absl::GetFlag(FLAGS_graph_cache_bytes);
 
