@@ -12,12 +12,22 @@ namespace {
 
 using Op = Expression::Op;
 
+// The arithmetic below is total: defined for every pair of int64 values, so no operand
+// can trap (C++'s / and % raise SIGFPE on INT64_MIN / -1 and INT64_MIN % -1 and on a zero
+// divisor) or overflow. Bounds() rejects the expressions whose true value can leave int64
+// or whose divisor can be zero, so on checked values these are the exact results; the
+// wrap-around and the 0 for a zero divisor only keep an unchecked call harmless.
+int64_t Wrap(uint64_t v) { return static_cast<int64_t>(v); }
+
 int64_t FloorDiv(int64_t a, int64_t b) {
+  if (b == 0) return 0;
+  if (b == -1) return Wrap(0 - static_cast<uint64_t>(a));  // INT64_MIN / -1 wraps, not traps
   int64_t q = a / b;
   return (a % b != 0 && ((a < 0) != (b < 0))) ? q - 1 : q;
 }
 
 int64_t FloorMod(int64_t a, int64_t b) {
+  if (b == 0 || b == -1) return 0;  // x % -1 is 0 for every x; INT64_MIN % -1 traps in C++
   int64_t r = a % b;
   return (r != 0 && ((r < 0) != (b < 0))) ? r + b : r;
 }
@@ -44,9 +54,8 @@ absl::StatusOr<Interval> Combine(Op op, Interval a, Interval b) {
       if (b.min <= 0 && b.max >= 0)
         return absl::InvalidArgumentError(absl::StrCat(
             "division by an expression that can be zero (range [", b.min, ", ", b.max, "])"));
-      if ((a.min == std::numeric_limits<int64_t>::min() && b.max == -1) ||
-          (a.min == std::numeric_limits<int64_t>::min() && b.min == -1))
-        return Overflow();
+      // INT64_MIN // -1 is 2^63. A negative divisor range holds -1 exactly when it ends there.
+      if (a.min == std::numeric_limits<int64_t>::min() && b.max == -1) return Overflow();
       // Floor division is monotonic in each argument on a divisor range of one sign.
       c[0] = FloorDiv(a.min, b.min), c[1] = FloorDiv(a.min, b.max);
       c[2] = FloorDiv(a.max, b.min), c[3] = FloorDiv(a.max, b.max);
@@ -72,9 +81,9 @@ absl::StatusOr<Interval> Combine(Op op, Interval a, Interval b) {
 
 int64_t Apply(Op op, int64_t a, int64_t b) {
   switch (op) {
-    case Op::kAdd: return a + b;
-    case Op::kSub: return a - b;
-    case Op::kMul: return a * b;
+    case Op::kAdd: return Wrap(static_cast<uint64_t>(a) + static_cast<uint64_t>(b));
+    case Op::kSub: return Wrap(static_cast<uint64_t>(a) - static_cast<uint64_t>(b));
+    case Op::kMul: return Wrap(static_cast<uint64_t>(a) * static_cast<uint64_t>(b));
     case Op::kFloorDiv: return FloorDiv(a, b);
     case Op::kMod: return FloorMod(a, b);
     case Op::kMin: return std::min(a, b);

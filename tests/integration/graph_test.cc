@@ -2,6 +2,7 @@
 // variables as parameters, symbolic dimensions, batching, the memory plan, replay checks.
 #include <gmock/gmock.h>
 
+#include <limits>
 #include <random>
 #include <thread>
 
@@ -525,6 +526,103 @@ TEST_F(GraphTest, DefinitionsAreChecked) {
   big->set_max(int64_t{1} << 40);
   int32_range.mutable_calls(0)->mutable_args(1)->mutable_expr()->set_text("big");
   EXPECT_EQ(define(int32_range).code(), absl::StatusCode::kInvalidArgument);
+}
+
+// C++'s % traps (SIGFPE) on INT64_MIN % -1, whose value is 0: every way a client could
+// reach it over the wire computes 0 instead, and the daemon serves on. iota writes
+// out[0] = 0 + base, so each path's base arrives in out[0].
+TEST_F(GraphTest, ModuloOfInt64MinByMinusOneComputesZeroOnEveryPath) {
+  constexpr int64_t kMin = std::numeric_limits<int64_t>::min();
+  const Variable v{"v", kMin, 0, 1}, w{"w", -5, -1, 1};
+  Buffer out = Alloc(kN * 4);
+  auto reset = [&] { ASSERT_TRUE(session_->WriteVector(out, std::vector<int32_t>(kN, 7)).ok()); };
+  auto first = [&]() -> int32_t {
+    auto got = session_->ReadVector<int32_t>(out, 1);
+    EXPECT_TRUE(got.ok()) << got.status();
+    return got.ok() ? (*got)[0] : -1;
+  };
+  auto launch = [&](std::vector<KernelArg> args, std::vector<Dim> global, std::vector<BoundVariable> variables) {
+    reset();
+    LaunchSpec spec;
+    spec.args = std::move(args);
+    spec.global = std::move(global);
+    spec.variables = std::move(variables);
+    spec.wait = true;
+    return session_->Launch(*iota_, spec).status();
+  };
+  // A text expression as an argument, and as a launch dimension (1 = 0 + 1).
+  ASSERT_TRUE(launch({View{&out}, Expr{"(-9223372036854775807-1)%-1"}}, {uint64_t{1}}, {}).ok());
+  EXPECT_EQ(first(), 0);
+  ASSERT_TRUE(launch({View{&out}, int64_t{0}}, {Expr{"(-9223372036854775807-1)%-1 + 1"}}, {}).ok());
+  EXPECT_EQ(first(), 0);
+  // Variables bound to INT64_MIN and -1.
+  ASSERT_TRUE(launch({View{&out}, Expr{"v % -1"}}, {uint64_t{1}}, {{v, kMin}}).ok());
+  EXPECT_EQ(first(), 0);
+  ASSERT_TRUE(launch({View{&out}, Expr{"v % w"}}, {uint64_t{1}}, {{v, kMin}, {w, -1}}).ok());
+  EXPECT_EQ(first(), 0);
+  // A tree expression, as a client that builds the proto would send it.
+  {
+    reset();
+    v1::LaunchRequest r;
+    r.set_session(session_->id());
+    r.set_program(iota_->handle());
+    r.add_args()->mutable_view()->set_buffer(out.handle());
+    v1::BinaryExpr* mod = r.add_args()->mutable_expr()->mutable_binary();
+    mod->set_op(v1::BinaryExpr::MOD);
+    mod->mutable_lhs()->set_constant(kMin);
+    mod->mutable_rhs()->set_constant(-1);
+    r.add_global(1);
+    r.set_wait(true);
+    grpc::ClientContext ctx;
+    v1::LaunchReply reply;
+    grpc::Status s = stub().Launch(&ctx, r, &reply);
+    ASSERT_TRUE(s.ok()) << s.error_message();
+    EXPECT_EQ(first(), 0);
+  }
+  // A captured launch (it runs at capture too), replayed on the stream and unary.
+  reset();
+  ASSERT_TRUE(session_->BeginCapture({}, {v, w}).ok());
+  {
+    LaunchSpec spec;
+    spec.args = {View{&out}, Expr{"v % w"}};
+    spec.variables = {{v, kMin}, {w, -1}};
+    ASSERT_TRUE(session_->Launch(*iota_, spec).ok());
+  }
+  auto captured = session_->EndCapture({&out});
+  EXPECT_EQ(first(), 0);
+  ASSERT_TRUE(captured.ok()) << captured.status();
+  for (bool unary : {false, true}) {
+    reset();
+    auto r = unary ? session_->ReplayUnary(*captured, {&out, kMin, int64_t{-1}}, true)
+                   : session_->Replay(*captured, {&out, kMin, int64_t{-1}}, true);
+    ASSERT_TRUE(r.ok()) << r.status();
+    EXPECT_EQ(first(), 0) << (unary ? "unary" : "stream");
+  }
+  // A definition with the expression as an argument, replayed at the extremes.
+  v1::GraphDef def;
+  for (const Variable& var : {v, w}) {
+    auto* d = def.add_variables();
+    d->set_name(var.name);
+    d->set_min(var.min);
+    d->set_max(var.max);
+  }
+  def.add_slots()->set_kind(v1::Slot::PARAMETER);
+  def.mutable_slots(0)->set_bytes(kN * 4);
+  auto* call = def.add_calls();
+  call->set_program(iota_->handle());
+  call->add_args()->mutable_view()->set_slot(0);
+  call->add_args()->mutable_expr()->set_text("v % w");
+  call->add_global()->set_text("(v % -1) + 1");
+  auto defined = session_->DefineGraph(def);
+  ASSERT_TRUE(defined.ok()) << defined.status();
+  reset();
+  auto r = session_->Replay(*defined, {&out, kMin, int64_t{-1}}, true);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(first(), 0);
+  // INT64_MIN // -1 is 2^63, out of int64: refused when the expression is built.
+  EXPECT_EQ(launch({View{&out}, Expr{"v // w"}}, {uint64_t{1}}, {{v, kMin}, {w, -1}}).code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(client().ListDevices().ok()) << "the daemon serves on";
 }
 
 }  // namespace
