@@ -57,6 +57,20 @@ Dim3 GraphInstance::EvaluateDims(const std::array<Expression, 3>& dims, std::spa
           static_cast<uint64_t>(dims[2].Evaluate(values))};
 }
 
+uint64_t GraphInstance::PlaceholderBytes() const {
+  uint64_t bytes = 0;
+  for (const GraphCall& call : graph_.calls) {
+    if (!call.is_copy()) continue;
+    const SlotView& dst = std::get<SlotView>(call.args[0]);
+    const uint64_t length = dst.length ? dst.length : graph_.slots[dst.slot].bytes - dst.offset;
+    for (const GraphArg& arg : call.args) {
+      const SlotView& v = std::get<SlotView>(arg);
+      if (graph_.slots[v.slot].kind == SlotKind::kParameter) bytes = std::max(bytes, v.offset + length);
+    }
+  }
+  return bytes;
+}
+
 absl::Status GraphInstance::Prepare(const BatchOptions& options) {
   const size_t n_slots = graph_.slots.size();
   // Lifetimes of internals, in call order.
@@ -89,14 +103,32 @@ absl::Status GraphInstance::Prepare(const BatchOptions& options) {
     if (!arena.ok()) return arena.status();
     arena_ = *arena;
   }
-  auto slot_address = [&](uint32_t s) -> uint64_t {
+  // A node is built on real memory of this context: CUDA refuses a memcpy node on an
+  // address it does not know (a kernel node takes any pointer as a plain value). A copy's
+  // view of a parameter is built on `placeholder`, an allocation as large as the largest
+  // such view reaches, held only while the batches are instantiated: every replay retargets
+  // the node to its buffer before it launches.
+  std::optional<Allocation> placeholder;
+  struct FreePlaceholder {
+    Context& context;
+    std::optional<Allocation>& allocation;
+    ~FreePlaceholder() {
+      if (allocation) context.Free(*allocation);
+    }
+  } free_placeholder{*context_, placeholder};
+  if (uint64_t bytes = PlaceholderBytes(); bytes > 0) {
+    absl::StatusOr<Allocation> a = context_->Allocate(bytes);
+    if (!a.ok()) return a.status();
+    placeholder = *a;
+  }
+  auto slot_address = [&](uint32_t s, bool copy) -> uint64_t {
     switch (graph_.slots[s].kind) {
       case SlotKind::kInternal:
         return arena_->address + plan_.offsets[internal_index[s]];
       case SlotKind::kConstant:
         return graph_.slots[s].constant->allocation.address;
       case SlotKind::kParameter:
-        return 0;  // patched at every replay
+        return copy ? placeholder->address : 0;  // retargeted at every replay
     }
     return 0;
   };
@@ -119,7 +151,7 @@ absl::Status GraphInstance::Prepare(const BatchOptions& options) {
     patch.call = c;
     for (size_t i = 0; i < call.args.size(); ++i) {
       if (const SlotView* v = std::get_if<SlotView>(&call.args[i])) {
-        node.args[i].address = slot_address(v->slot) + v->offset;
+        node.args[i].address = slot_address(v->slot, call.is_copy()) + v->offset;
         if (param_index[v->slot] >= 0) patch.buffer_args.push_back({i, param_index[v->slot]});
       } else {
         const Expression& e = std::get<Expression>(call.args[i]);

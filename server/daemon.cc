@@ -50,6 +50,8 @@ absl::StatusOr<std::vector<std::unique_ptr<Device>>> DiscoverDevices(const std::
     CudaDriver driver(options.cuda);
     std::vector<std::unique_ptr<Device>> devices = driver.Discover();
     if (devices.empty()) spdlog::warn("cuda: no devices: {}", driver.unavailable());
+    if (!driver.cuda_c_unavailable().empty())
+      spdlog::warn("cuda: cuda-c is not served: {}", driver.cuda_c_unavailable());
     return devices;
   }
 #endif

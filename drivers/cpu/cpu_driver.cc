@@ -91,11 +91,25 @@ std::optional<absl::Duration> Elapsed(std::chrono::steady_clock::time_point star
   return absl::FromChrono(std::chrono::steady_clock::now() - start);
 }
 
+// OK when copy node `index` (destination args[0], source args[1]) lies on live memory of
+// `device`; otherwise INTERNAL, as CUDA answers a memcpy node on an address it does not know
+// with CUDA_ERROR_INVALID_VALUE. The engine checks every range, so this is a bug caught.
+absl::Status CheckCopyNode(const CpuDevice& device, size_t index, std::span<const ArgValue> args, uint64_t bytes) {
+  for (int side = 0; side < 2; ++side) {
+    if (device.Holds(args[side].address, bytes)) continue;
+    return absl::InternalError(absl::StrCat("cpu:0: copy node ", index, ": its ", side == 0 ? "destination" : "source",
+                                            " [0x", absl::Hex(args[side].address), ", +", bytes,
+                                            ") is not inside an allocation of the device"));
+  }
+  return absl::OkStatus();
+}
+
 // The CPU replay list: argument arrays prepared once, patched in place, run in order. A
-// copy node is a memcpy (its ranges never overlap).
+// copy node is a memcpy (its ranges never overlap), checked to lie on live allocations
+// when it is built and at every update.
 class CpuDeviceGraph : public DeviceGraph {
  public:
-  CpuDeviceGraph(ThreadPool* pool, std::span<const GraphNode> nodes) : pool_(pool) {
+  CpuDeviceGraph(CpuDevice* device, std::span<const GraphNode> nodes) : device_(device) {
     nodes_.reserve(nodes.size());
     for (const GraphNode& n : nodes)
       nodes_.push_back(
@@ -104,6 +118,8 @@ class CpuDeviceGraph : public DeviceGraph {
 
   absl::Status Update(size_t node, std::span<const ArgValue> args, const Dim3& global, const Dim3&) override {
     Node& n = nodes_[node];
+    if (!n.entry)
+      if (absl::Status s = CheckCopyNode(*device_, node, args, n.copy_bytes); !s.ok()) return s;
     std::copy(args.begin(), args.end(), n.args.begin());
     n.global = global;
     return absl::OkStatus();
@@ -113,7 +129,7 @@ class CpuDeviceGraph : public DeviceGraph {
     auto start = std::chrono::steady_clock::now();
     for (const Node& n : nodes_) {
       if (n.entry) {
-        RunKernel(*pool_, n.entry, n.args.data(), n.global);
+        RunKernel(device_->pool(), n.entry, n.args.data(), n.global);
       } else {
         std::memcpy(reinterpret_cast<void*>(n.args[0].address), reinterpret_cast<const void*>(n.args[1].address),
                     n.copy_bytes);
@@ -129,7 +145,7 @@ class CpuDeviceGraph : public DeviceGraph {
     Dim3 global;
     uint64_t copy_bytes;
   };
-  ThreadPool* pool_;
+  CpuDevice* const device_;
   std::vector<Node> nodes_;
 };
 
@@ -152,10 +168,13 @@ class CpuContext : public Context {
       device_->memory().Release(bytes);
       return absl::ResourceExhaustedError(absl::StrCat("cpu:0: host allocation of ", bytes, " bytes failed"));
     }
-    return Allocation{reinterpret_cast<uint64_t>(p), bytes};
+    const Allocation a{reinterpret_cast<uint64_t>(p), bytes};
+    device_->Track(a);
+    return a;
   }
 
   void Free(const Allocation& a) override {
+    device_->Untrack(a);
     void* p = reinterpret_cast<void*>(a.address);
     if (a.bytes >= kMapThreshold) {
       munmap(p, a.bytes);
@@ -209,7 +228,10 @@ class CpuContext : public Context {
   // The replay list runs its nodes in order, which honours every edge.
   absl::StatusOr<std::unique_ptr<DeviceGraph>> Instantiate(std::span<const GraphNode> nodes,
                                                            std::span<const std::pair<size_t, size_t>>) override {
-    return std::make_unique<CpuDeviceGraph>(&device_->pool(), nodes);
+    for (size_t i = 0; i < nodes.size(); ++i)
+      if (nodes[i].is_copy())
+        if (absl::Status s = CheckCopyNode(*device_, i, nodes[i].args, nodes[i].copy_bytes); !s.ok()) return s;
+    return std::make_unique<CpuDeviceGraph>(device_, nodes);
   }
 
   // Every CPU context lives in the daemon's own address space.
@@ -245,6 +267,25 @@ CpuDevice::CpuDevice(CpuDriverOptions options)
   info_.target = absl::StrCat(info_.driver_version, " ", CCompiler::kOptimization, " ", CpuFeatureTag());
   struct utsname host;
   info_.architecture = uname(&host) == 0 ? host.machine : "unknown";
+}
+
+void CpuDevice::Track(const Allocation& a) {
+  absl::MutexLock lock(&allocations_mu_);
+  allocations_[a.address] = a.bytes;
+}
+
+void CpuDevice::Untrack(const Allocation& a) {
+  absl::MutexLock lock(&allocations_mu_);
+  allocations_.erase(a.address);
+}
+
+bool CpuDevice::Holds(uint64_t address, uint64_t bytes) const {
+  absl::MutexLock lock(&allocations_mu_);
+  auto it = allocations_.upper_bound(address);
+  if (it == allocations_.begin()) return false;
+  --it;
+  const uint64_t offset = address - it->first;
+  return offset < it->second && bytes <= it->second - offset;
 }
 
 absl::Status CpuDevice::Compile(const ProgramSource& source, const std::filesystem::path& output) {

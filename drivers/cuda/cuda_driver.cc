@@ -1,5 +1,7 @@
 #include "drivers/cuda/cuda_driver.h"
 
+#include <elf.h>
+
 #include <algorithm>
 #include <cstring>
 
@@ -11,6 +13,7 @@
 #include "drivers/cuda/nvrtc.h"
 #include "drivers/device_error.h"
 #include "drivers/device_memory.h"
+#include "drivers/elf_image.h"
 #include "drivers/kernel_params.h"
 #include "drivers/module_artifact.h"
 #include "drivers/shared_fault.h"
@@ -367,8 +370,11 @@ CudaContext::~CudaContext() {
 absl::Status CudaContext::Fault() const {
   if (!owns_ctx_)
     if (absl::Status s = device_->primary_fault().fault(); !s.ok()) return s;
-  absl::MutexLock lock(&fault_mu_);
-  return fault_;
+  {
+    absl::MutexLock lock(&fault_mu_);
+    if (!fault_.ok()) return fault_;
+  }
+  return device_->cu().sticky_fault();  // another session's kernel fault
 }
 
 absl::Status CudaContext::Bind() {
@@ -382,6 +388,13 @@ absl::Status CudaContext::Check(CUresult r, absl::string_view what) {
   const std::string& id = device_->info().id;
   const DeviceErrorKind kind = Classify(r);
   if (kind != DeviceErrorKind::kFault) return DeviceError(kind, id, what, text);
+  // A sticky error is not the context's alone: every CUDA context of the process, new
+  // ones too, answers it from now on (as seen on an H200: another session's module load
+  // and every later cuCtxCreate returned CUDA_ERROR_ILLEGAL_ADDRESS).
+  device_->cu().RecordStickyFault(absl::FailedPreconditionError(absl::StrCat(
+      "cuda: a kernel fault on ", id, " (", what, ": ", text,
+      ") left every CUDA context of this daemon process unusable, as CUDA's sticky errors do; CUDA devices serve "
+      "again once replayd restarts")));
   if (!owns_ctx_)
     return device_->primary_fault().Fail(absl::FailedPreconditionError(
         absl::StrCat(id, ": a kernel fault lost the primary context, which every session on the device shares (", what,
@@ -472,6 +485,10 @@ absl::StatusOr<std::unique_ptr<Kernel>> CudaContext::Load(const ProgramSource& s
   if (absl::Status s = Bind(); !s.ok()) return s;
   absl::StatusOr<ModuleArtifact> module_artifact = ReadModuleArtifact(artifact);
   if (!module_artifact.ok()) return module_artifact.status();
+  // The loader takes no size: an ELF image (a cubin) is checked to lie within its bytes,
+  // PTX is text that c_str() ends.
+  if (absl::StartsWith(module_artifact->image, ELFMAG))
+    if (absl::Status s = CheckElfImage(module_artifact->image, kElfMachineCuda, source.format); !s.ok()) return s;
   const CudaLibrary& cu = device_->cu();
   std::string error_log(16 << 10, '\0'), info_log(16 << 10, '\0');
   CUjit_option keys[] = {CU_JIT_ERROR_LOG_BUFFER, CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES, CU_JIT_INFO_LOG_BUFFER,
@@ -562,6 +579,7 @@ absl::StatusOr<std::unique_ptr<Context>> CudaDevice::OpenContext() {
   CUcontext ctx = nullptr;
   uint64_t id = 0;
   CUresult r = CUDA_SUCCESS;
+  if (absl::Status s = cu_->sticky_fault(); !s.ok()) return absl::UnavailableError(s.message());
   if (primary)
     if (absl::Status s = primary_fault_.Join(); !s.ok()) return s;
   {
@@ -569,6 +587,10 @@ absl::StatusOr<std::unique_ptr<Context>> CudaDevice::OpenContext() {
     id = next_context_++;
     if (!primary) {
       r = cu_->cuCtxCreate(&ctx, nullptr, CU_CTX_SCHED_AUTO, dev_);
+      // cuCtxCreate pushes the new context on this thread's stack; every use binds it with
+      // cuCtxSetCurrent, so it comes off again and the stack stays as the thread had it.
+      CUcontext popped = nullptr;
+      if (r == CUDA_SUCCESS && (r = cu_->cuCtxPopCurrent(&popped)) != CUDA_SUCCESS) cu_->cuCtxDestroy(ctx);
     } else if (!primary_ && (r = cu_->cuDevicePrimaryCtxRetain(&primary_, dev_)) != CUDA_SUCCESS) {
       primary_ = nullptr;
     }
@@ -599,7 +621,12 @@ std::vector<std::unique_ptr<Device>> CudaDriver::Discover() {
   }
   std::shared_ptr<CudaLibrary> cu = std::move(*loaded);
   std::shared_ptr<Nvrtc> nvrtc;
-  if (absl::StatusOr<std::unique_ptr<Nvrtc>> n = Nvrtc::Load(); n.ok()) nvrtc = std::move(*n);
+  cuda_c_unavailable_.clear();
+  if (absl::StatusOr<std::unique_ptr<Nvrtc>> n = Nvrtc::Load(); n.ok()) {
+    nvrtc = std::move(*n);
+  } else {
+    cuda_c_unavailable_ = std::string(n.status().message());
+  }
   int count = 0;
   if (CUresult r = cu->cuDeviceGetCount(&count); r != CUDA_SUCCESS) {
     unavailable_ = absl::StrCat("cuDeviceGetCount: ", cu->ErrorText(r));
@@ -620,6 +647,7 @@ std::vector<std::unique_ptr<Device>> CudaDriver::Discover() {
   }
   if (count == 0) unavailable_ = "the NVIDIA driver reports no devices";
   if (!devices.empty()) unavailable_.clear();
+  if (devices.empty()) cuda_c_unavailable_.clear();
   return devices;
 }
 

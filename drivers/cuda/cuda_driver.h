@@ -48,10 +48,14 @@ class CudaDriver : public Driver {
 
   // Why the last Discover found no devices; empty when it found some.
   const std::string& unavailable() const { return unavailable_; }
+  // Why the devices found do not serve cuda-c (NVRTC could not be loaded); empty when
+  // they do or when there are none.
+  const std::string& cuda_c_unavailable() const { return cuda_c_unavailable_; }
 
  private:
   CudaDriverOptions options_;
   std::string unavailable_;
+  std::string cuda_c_unavailable_;
 };
 
 }  // namespace replayd

@@ -3,12 +3,39 @@
 #include <dlfcn.h>
 
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
 
 namespace replayd {
 
 // The driver library stays loaded for the life of the process, as vendors advise: it
 // keeps process-wide state that unloading would strand.
 CudaLibrary::~CudaLibrary() = default;
+
+namespace {
+
+struct StickyFault {
+  absl::Mutex mu;
+  absl::Status fault ABSL_GUARDED_BY(mu);
+};
+
+StickyFault& ProcessStickyFault() {
+  static StickyFault* fault = new StickyFault();  // never destroyed: used until exit
+  return *fault;
+}
+
+}  // namespace
+
+absl::Status CudaLibrary::sticky_fault() {
+  StickyFault& s = ProcessStickyFault();
+  absl::MutexLock lock(&s.mu);
+  return s.fault;
+}
+
+void CudaLibrary::RecordStickyFault(absl::Status fault) {
+  StickyFault& s = ProcessStickyFault();
+  absl::MutexLock lock(&s.mu);
+  if (s.fault.ok()) s.fault = std::move(fault);
+}
 
 absl::StatusOr<std::unique_ptr<CudaLibrary>> CudaLibrary::Load() {
   std::unique_ptr<CudaLibrary> lib(new CudaLibrary());
@@ -41,6 +68,7 @@ absl::StatusOr<std::unique_ptr<CudaLibrary>> CudaLibrary::Load() {
   REPLAYD_RESOLVE(cuCtxCreate)
   REPLAYD_RESOLVE(cuCtxDestroy)
   REPLAYD_RESOLVE(cuCtxSetCurrent)
+  REPLAYD_RESOLVE(cuCtxPopCurrent)
   REPLAYD_RESOLVE(cuDevicePrimaryCtxRetain)
   REPLAYD_RESOLVE(cuDevicePrimaryCtxRelease)
   REPLAYD_RESOLVE(cuStreamCreate)

@@ -30,6 +30,13 @@ class CudaLibrary {
   // An error code as "CUDA_ERROR_INVALID_VALUE (invalid argument)".
   std::string ErrorText(CUresult r) const;
 
+  // A sticky error (a kernel fault) leaves every CUDA context of the process unusable,
+  // contexts created later included, whichever CudaLibrary opened them: the record is
+  // the process's. The first one recorded, or OK.
+  static absl::Status sticky_fault();
+  // Records `fault` unless one is recorded already.
+  static void RecordStickyFault(absl::Status fault);
+
 #define REPLAYD_CUDA_ENTRY(name) decltype(&::name) name = nullptr;
   REPLAYD_CUDA_ENTRY(cuInit)
   REPLAYD_CUDA_ENTRY(cuDriverGetVersion)
@@ -43,6 +50,7 @@ class CudaLibrary {
   REPLAYD_CUDA_ENTRY(cuCtxCreate)
   REPLAYD_CUDA_ENTRY(cuCtxDestroy)
   REPLAYD_CUDA_ENTRY(cuCtxSetCurrent)
+  REPLAYD_CUDA_ENTRY(cuCtxPopCurrent)
   REPLAYD_CUDA_ENTRY(cuDevicePrimaryCtxRetain)
   REPLAYD_CUDA_ENTRY(cuDevicePrimaryCtxRelease)
   REPLAYD_CUDA_ENTRY(cuStreamCreate)
@@ -80,6 +88,7 @@ class CudaLibrary {
   CudaLibrary() = default;
   void* handle_ = nullptr;
   int version_ = 0;
+
 };
 
 }  // namespace replayd

@@ -2,6 +2,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "drivers/elf_image.h"
 
 namespace replayd {
 
@@ -24,10 +25,8 @@ absl::StatusOr<ModuleArtifact> BuildCudaModule(const ProgramSource& source, cons
     return absl::InvalidArgumentError("cuda-ptx code is not PTX: it has no .version directive");
   if (source.format == "cuda-ptx" && absl::StrContains(source.code, std::string(1, '\0')))
     return absl::InvalidArgumentError("cuda-ptx code contains a NUL byte");
-  if (source.format == "cuda-cubin" && !absl::StartsWith(source.code,
-                                                         "\x7f"
-                                                         "ELF"))
-    return absl::InvalidArgumentError("cuda-cubin code is not an ELF image");
+  if (source.format == "cuda-cubin")
+    if (absl::Status s = CheckElfImage(source.code, kElfMachineCuda, "cuda-cubin"); !s.ok()) return s;
   return ModuleArtifact{source.entry, source.code};
 }
 

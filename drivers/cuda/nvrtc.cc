@@ -2,6 +2,9 @@
 
 #include <dlfcn.h>
 
+#include <algorithm>
+#include <cstdlib>
+
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "drivers/compile_options.h"
@@ -12,16 +15,57 @@ namespace replayd {
 // process-wide state (an emergency exception pool) that unloading would strand.
 Nvrtc::~Nvrtc() = default;
 
-absl::StatusOr<std::unique_ptr<Nvrtc>> Nvrtc::Load() {
+std::vector<std::string> Nvrtc::Candidates(const std::vector<std::filesystem::path>& cuda_roots) {
+  const std::vector<std::string> sonames = {"libnvrtc.so.13", "libnvrtc.so.12"};
+  std::vector<std::string> names = sonames;  // the loader's path first: LD_LIBRARY_PATH, ld.so.cache
+  std::vector<std::filesystem::path> roots;
+  for (const std::filesystem::path& root : cuda_roots) {
+    roots.push_back(root);
+    // Versioned installs beside it (/usr/local/cuda-13.0), newest first.
+    std::vector<std::filesystem::path> versioned;
+    std::error_code ec;
+    for (const auto& entry : std::filesystem::directory_iterator(root.parent_path(), ec))
+      if (absl::StartsWith(entry.path().filename().string(), root.filename().string() + "-"))
+        versioned.push_back(entry.path());
+    std::sort(versioned.rbegin(), versioned.rend());
+    roots.insert(roots.end(), versioned.begin(), versioned.end());
+  }
+  for (const std::filesystem::path& root : roots)
+    for (const char* dir : {"lib64", "targets/x86_64-linux/lib", "targets/sbsa-linux/lib", "lib"})
+      for (const std::string& soname : sonames) {
+        std::string path = (root / dir / soname).string();
+        if (std::find(names.begin(), names.end(), path) == names.end()) names.push_back(path);
+      }
+  return names;
+}
+
+std::vector<std::filesystem::path> Nvrtc::DefaultCudaRoots() {
+  std::vector<std::filesystem::path> roots;
+  for (const char* var : {"CUDA_HOME", "CUDA_PATH"})
+    if (const char* v = std::getenv(var); v && *v) roots.push_back(std::filesystem::path(v).lexically_normal());
+  roots.push_back("/usr/local/cuda");
+  return roots;
+}
+
+absl::StatusOr<std::unique_ptr<Nvrtc>> Nvrtc::Load(const std::vector<std::string>& candidates) {
   std::unique_ptr<Nvrtc> n(new Nvrtc());
   std::string why;
-  for (const char* name : {"libnvrtc.so.13", "libnvrtc.so.12", "libnvrtc.so", "/usr/local/cuda/lib64/libnvrtc.so"}) {
-    n->handle_ = dlopen(name, RTLD_NOW | RTLD_LOCAL);
-    if (n->handle_) break;
+  for (const std::string& name : candidates) {
+    n->handle_ = dlopen(name.c_str(), RTLD_NOW | RTLD_LOCAL);
+    if (n->handle_) {
+      n->path_ = name;
+      break;
+    }
+    // Only a library that exists but does not load says more than "not found".
     const char* e = dlerror();
-    absl::StrAppend(&why, why.empty() ? "" : "; ", e ? e : name);
+    if (name.find('/') == std::string::npos || std::filesystem::exists(name))
+      absl::StrAppend(&why, why.empty() ? "" : "; ", e ? e : name);
   }
-  if (!n->handle_) return absl::UnavailableError(absl::StrCat("NVRTC not loaded: ", why));
+  if (!n->handle_)
+    return absl::UnavailableError(absl::StrCat("NVRTC not loaded (tried ", candidates.size(),
+                                               " names and paths, libnvrtc.so.13 and .12 on the loader's path and "
+                                               "under the CUDA installs): ",
+                                               why));
 #define REPLAYD_RESOLVE(name)                                                 \
   n->name##_ = reinterpret_cast<decltype(&::name)>(dlsym(n->handle_, #name)); \
   if (!n->name##_) return absl::UnavailableError(absl::StrCat("NVRTC lacks ", #name));
@@ -49,7 +93,7 @@ std::string Nvrtc::version() const {
 }
 
 absl::Status Nvrtc::CheckOptions(const std::vector<std::string>& options) {
-  return CheckCompileOptions(options, {"--use_fast_math", "-lineinfo", "--std=c++17", "--std=c++20"}, "cuda-c");
+  return CheckCompileOptions(options, {"--use_fast_math", "--fmad=false", "--fmad=true", "-lineinfo", "--std=c++17", "--std=c++20"}, "cuda-c");
 }
 
 absl::StatusOr<NvrtcModule> Nvrtc::Compile(const std::string& source, const std::string& entry, const std::string& arch,

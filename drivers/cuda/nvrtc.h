@@ -1,4 +1,4 @@
-// NVRTC, loaded at run time (libnvrtc.so.13 from the CUDA toolkit, or libnvrtc.so): the
+// NVRTC, loaded at run time (libnvrtc.so.13 or .12 of the CUDA toolkit): the
 // compiler for cuda-c programs. It needs no GPU, so cuda-c sources are checked and turned
 // into PTX or a cubin on any machine that has the toolkit's runtime libraries.
 //
@@ -8,6 +8,7 @@
 
 #include <nvrtc.h>
 
+#include <filesystem>
 #include <memory>
 #include <string>
 #include <vector>
@@ -28,8 +29,19 @@ struct NvrtcModule {
 
 class Nvrtc {
  public:
-  // UNAVAILABLE with the loader's reason when no NVRTC library can be opened.
-  static absl::StatusOr<std::unique_ptr<Nvrtc>> Load();
+  // Opens the first of `candidates` that loads. UNAVAILABLE with the loader's reasons
+  // when none does.
+  static absl::StatusOr<std::unique_ptr<Nvrtc>> Load(const std::vector<std::string>& candidates =
+                                                         Candidates(DefaultCudaRoots()));
+  // The names NVRTC is looked for under, in order: the versioned sonames on the loader's
+  // path, then absolute paths of them under each CUDA install (`cuda_roots` and their
+  // versioned siblings, newest first: /usr/local/cuda-13.0), in lib64 and targets/*/lib.
+  // The unversioned libnvrtc.so exists only with the -dev package and is not looked for.
+  static std::vector<std::string> Candidates(const std::vector<std::filesystem::path>& cuda_roots);
+  // $CUDA_HOME, $CUDA_PATH (when set) and /usr/local/cuda.
+  static std::vector<std::filesystem::path> DefaultCudaRoots();
+  // The library that was opened.
+  const std::string& path() const { return path_; }
   ~Nvrtc();
 
   // "13.0".
@@ -48,6 +60,7 @@ class Nvrtc {
  private:
   Nvrtc() = default;
   void* handle_ = nullptr;
+  std::string path_;
 
 #define REPLAYD_NVRTC_ENTRY(name) decltype(&::name) name##_ = nullptr;
   REPLAYD_NVRTC_ENTRY(nvrtcVersion)

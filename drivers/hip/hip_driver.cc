@@ -1,13 +1,17 @@
 #include "drivers/hip/hip_driver.h"
 
+#include <elf.h>
+
 #include <algorithm>
 #include <array>
 #include <cstring>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "drivers/device_error.h"
 #include "drivers/device_memory.h"
+#include "drivers/elf_image.h"
 #include "drivers/hip/hip_library.h"
 #include "drivers/hip/hip_program.h"
 #include "drivers/kernel_params.h"
@@ -462,6 +466,9 @@ absl::StatusOr<std::unique_ptr<Kernel>> HipContext::Load(const ProgramSource& so
   if (absl::Status s = Bind(); !s.ok()) return s;
   absl::StatusOr<ModuleArtifact> module_artifact = ReadModuleArtifact(artifact);
   if (!module_artifact.ok()) return module_artifact.status();
+  // The loader takes no size: a code object is checked to lie within its bytes first.
+  if (absl::StartsWith(module_artifact->image, ELFMAG))
+    if (absl::Status s = CheckElfImage(module_artifact->image, kElfMachineAmdgpu, source.format); !s.ok()) return s;
   const HipLibrary& hip = device_->hip();
   hipModule_t module = nullptr;
   if (hipError_t e = hip.hipModuleLoadData(&module, module_artifact->image.data()); e != hipSuccess) {

@@ -4,6 +4,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "drivers/compile_options.h"
+#include "drivers/elf_image.h"
 
 namespace replayd {
 namespace {
@@ -23,7 +24,7 @@ std::string NameTheSource(std::string log) {
 
 absl::StatusOr<ModuleArtifact> CompileHipC(const ProgramSource& source, const HipLibrary& hip,
                                            const std::string& arch) {
-  if (absl::Status s = CheckCompileOptions(source.options, {"-ffast-math", "--std=c++17", "--std=c++20"}, "hip-c");
+  if (absl::Status s = CheckCompileOptions(source.options, {"-ffast-math", "-ffp-contract=off", "-ffp-contract=fast", "--std=c++17", "--std=c++20"}, "hip-c");
       !s.ok())
     return s;
   for (char c : arch)
@@ -79,10 +80,7 @@ absl::StatusOr<ModuleArtifact> BuildHipModule(const ProgramSource& source, const
   if (source.format != "hip-hsaco")
     return absl::InvalidArgumentError(absl::StrCat("format \"", source.format, "\" is not a HIP format"));
   if (!source.options.empty()) return absl::InvalidArgumentError("hip-hsaco programs take no options");
-  if (!absl::StartsWith(source.code,
-                        "\x7f"
-                        "ELF"))
-    return absl::InvalidArgumentError("hip-hsaco code is not an ELF code object");
+  if (absl::Status s = CheckElfImage(source.code, kElfMachineAmdgpu, "hip-hsaco"); !s.ok()) return s;
   return ModuleArtifact{source.entry, source.code};
 }
 

@@ -2,10 +2,14 @@
 // NVRTC for real, cuda-ptx and cuda-cubin by their form.
 #include "drivers/cuda/cuda_program.h"
 
+#include <elf.h>
 #include <gmock/gmock.h>
+
+#include <cstddef>
 
 #include "client/demo.h"
 #include "drivers/cuda/cuda_driver.h"
+#include "drivers/elf_image.h"
 #include "tests/drivers/cuda/nvrtc_fixture.h"
 
 namespace replayd {
@@ -95,17 +99,53 @@ TEST(CudaProgramFormTest, PtxAndCubinAreCheckedForTheirForm) {
   // Without NVRTC there is no cuda-c.
   EXPECT_EQ(refused(ProgramSource{"cuda-c", kScale, "scale", {}, {}}), absl::StatusCode::kFailedPrecondition);
 
-  auto cubin = BuildCudaModule(ProgramSource{"cuda-cubin",
-                                             std::string("\x7f"
-                                                         "ELF\x02\x01\x01",
-                                                         7),
-                                             "k",
-                                             {},
-                                             {}},
-                               nullptr, "sm_90");
+  // A cubin's bounds are checked before the loader, which takes no size, reads it.
+  auto cut = BuildCudaModule(ProgramSource{"cuda-cubin",
+                                           std::string("\x7f"
+                                                       "ELF\x02\x01\x01",
+                                                       7),
+                                           "k",
+                                           {},
+                                           {}},
+                             nullptr, "sm_90");
+  EXPECT_EQ(cut.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(cut.status().message()), HasSubstr("shorter than an ELF64 header"));
+}
+
+// A real cubin passes the bounds check; every prefix of it, and every copy with a header
+// field or a section header's offset or size corrupted, is refused or stays within its
+// bytes (run under AddressSanitizer, a read past the end would fail the test).
+TEST_F(CudaProgramTest, ACubinCutShortOrCraftedIsRefusedBeforeTheLoader) {
+  auto cubin = nvrtc_->Compile(kScale, "scale", "sm_90", {}, NvrtcOutput::kCubin);
   ASSERT_TRUE(cubin.ok()) << cubin.status();
-  EXPECT_EQ(cubin->image.size(), 7u);
-  EXPECT_EQ(cubin->entry, "k");
+  const std::string& image = cubin->image;
+  ASSERT_TRUE(CheckElfImage(image, kElfMachineCuda, "cuda-cubin").ok())
+      << CheckElfImage(image, kElfMachineCuda, "cuda-cubin");
+  EXPECT_FALSE(CheckElfImage(image, kElfMachineAmdgpu, "hip-hsaco").ok()) << "another machine";
+  for (size_t n = 0; n < image.size(); n += std::max<size_t>(1, n / 16)) {
+    auto module = BuildCudaModule(ProgramSource{"cuda-cubin", image.substr(0, n), "scale", {}, {}}, nullptr, "sm_90");
+    EXPECT_EQ(module.status().code(), absl::StatusCode::kInvalidArgument) << n << " of " << image.size() << " bytes";
+  }
+  Elf64_Ehdr eh;
+  std::memcpy(&eh, image.data(), sizeof eh);
+  auto with = [&](size_t at, uint64_t value, size_t bytes) {
+    std::string crafted = image;
+    std::memcpy(crafted.data() + at, &value, bytes);
+    return CheckElfImage(crafted, kElfMachineCuda, "cuda-cubin");
+  };
+  EXPECT_FALSE(with(offsetof(Elf64_Ehdr, e_shoff), image.size(), 8).ok());
+  EXPECT_FALSE(with(offsetof(Elf64_Ehdr, e_shoff), ~uint64_t{0} - 8, 8).ok()) << "offset + size overflows";
+  EXPECT_FALSE(with(offsetof(Elf64_Ehdr, e_shnum), 0xffff, 2).ok());
+  EXPECT_FALSE(with(offsetof(Elf64_Ehdr, e_phoff), image.size() - 8, 8).ok());
+  EXPECT_FALSE(with(offsetof(Elf64_Ehdr, e_shstrndx), eh.e_shnum, 2).ok());
+  for (uint16_t i = 1; i < eh.e_shnum; ++i) {
+    const size_t header = eh.e_shoff + size_t{i} * sizeof(Elf64_Shdr);
+    Elf64_Shdr sh;
+    std::memcpy(&sh, image.data() + header, sizeof sh);
+    if (sh.sh_type == SHT_NOBITS) continue;
+    EXPECT_FALSE(with(header + offsetof(Elf64_Shdr, sh_size), image.size(), 8).ok()) << "section " << i;
+    EXPECT_FALSE(with(header + offsetof(Elf64_Shdr, sh_offset), ~uint64_t{0}, 8).ok()) << "section " << i;
+  }
 }
 
 TEST(CudaDriverTest, FindsTheDevicesOrSaysWhyNot) {

@@ -5,6 +5,7 @@
 
 #include "drivers/cuda/cuda_library.h"
 #include "tests/drivers/cuda/nvrtc_fixture.h"
+#include "tests/support/temp_dir.h"
 
 namespace replayd {
 namespace {
@@ -81,6 +82,40 @@ TEST(CudaLibraryTest, LoadsOrSaysWhyNot) {
   int count = -1;
   EXPECT_EQ((*lib)->cuDeviceGetCount(&count), CUDA_SUCCESS);
   EXPECT_GE(count, 0);
+}
+
+// NVRTC is looked for by its versioned sonames on the loader's path, then under each
+// CUDA install and its versioned siblings (/usr/local/cuda-13.0: the runtime package has
+// no unversioned libnvrtc.so), and a missing library says where it looked.
+TEST(NvrtcLookupTest, LooksUnderVersionedCudaInstalls) {
+  TempDir dir;
+  for (const char* sub : {"cuda", "cuda-12.4", "cuda-13.0"})
+    std::filesystem::create_directories(dir.path() / sub / "targets/x86_64-linux/lib");
+  const std::vector<std::string> names = Nvrtc::Candidates({dir.path() / "cuda"});
+  ASSERT_GE(names.size(), 4u);
+  EXPECT_EQ(names[0], "libnvrtc.so.13");
+  EXPECT_EQ(names[1], "libnvrtc.so.12");
+  auto at = [&](const std::string& path) { return std::find(names.begin(), names.end(), path) - names.begin(); };
+  const std::string root = dir.path().string();
+  const auto own = at(root + "/cuda/targets/x86_64-linux/lib/libnvrtc.so.13");
+  const auto newest = at(root + "/cuda-13.0/targets/x86_64-linux/lib/libnvrtc.so.13");
+  const auto older = at(root + "/cuda-12.4/targets/x86_64-linux/lib/libnvrtc.so.12");
+  ASSERT_LT(own, static_cast<long>(names.size()));
+  ASSERT_LT(newest, static_cast<long>(names.size()));
+  ASSERT_LT(older, static_cast<long>(names.size()));
+  EXPECT_LT(own, newest);
+  EXPECT_LT(newest, older);
+  for (const std::string& name : names) EXPECT_NE(name.substr(name.size() - 11), "libnvrtc.so") << name;
+
+  auto missing = Nvrtc::Load({(dir.path() / "cuda/lib64/libnvrtc.so.13").string()});
+  EXPECT_EQ(missing.status().code(), absl::StatusCode::kUnavailable);
+  EXPECT_THAT(std::string(missing.status().message()), HasSubstr("NVRTC not loaded"));
+}
+
+TEST(NvrtcLookupTest, TheInstalledToolkitIsFound) {
+  auto nvrtc = Nvrtc::Load();
+  if (!nvrtc.ok()) GTEST_SKIP() << nvrtc.status();
+  EXPECT_THAT((*nvrtc)->path(), HasSubstr("libnvrtc.so.1"));
 }
 
 }  // namespace
