@@ -391,7 +391,8 @@ absl::Status CudaContext::Check(CUresult r, absl::string_view what) {
   // A sticky error is not the context's alone: every CUDA context of the process, new
   // ones too, answers it from now on (as seen on an H200: another session's module load
   // and every later cuCtxCreate returned CUDA_ERROR_ILLEGAL_ADDRESS).
-  device_->cu().RecordStickyFault(absl::FailedPreconditionError(absl::StrCat(
+  if (r != CUDA_ERROR_CONTEXT_IS_DESTROYED)  // the one fault that is this context's alone
+    CudaLibrary::RecordStickyFault(absl::FailedPreconditionError(absl::StrCat(
       "cuda: a kernel fault on ", id, " (", what, ": ", text,
       ") left every CUDA context of this daemon process unusable, as CUDA's sticky errors do; CUDA devices serve "
       "again once replayd restarts")));

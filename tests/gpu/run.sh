@@ -3,8 +3,10 @@
 # replayd, runs the CUDA driver tests and the device suite on cuda:0, the decode demo on
 # cuda:0, and the per-kernel benchmark (a replayed 32-call graph against 32 eager
 # launches) on cuda:0 and cpu:0, then writes tests/gpu/RESULTS.md with what it saw.
-# A failing step is recorded and the rest still run; the exit status says whether all
-# passed. On a machine that cannot build (no network, no Debian packages), pack the
+# Each step has its own time limit; a failing or hanging step is recorded and the rest
+# still run; the exit status says whether all passed. The kernel-fault cases run each in
+# a process of their own, last: a CUDA kernel fault is sticky for every context of the
+# process that saw it. Logs of every step are kept in $REPLAYD_GPU_LOGS when it is set. On a machine that cannot build (no network, no Debian packages), pack the
 # binaries where they were built (tests/gpu/pack.sh) and run with REPLAYD_PACK=gpu-pack.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
@@ -14,18 +16,28 @@ if [ -n "${REPLAYD_PACK:-}" ]; then
   export REPLAYD_PREBUILT=1 LD_LIBRARY_PATH="$REPLAYD_PACK/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 fi
 results=tests/gpu/RESULTS.md
-logs=$(mktemp -d)
+if [ -n "${REPLAYD_GPU_LOGS:-}" ]; then
+  logs=$REPLAYD_GPU_LOGS
+  mkdir -p "$logs"
+else
+  logs=$(mktemp -d)
+  trap 'rm -rf "$logs"' EXIT
+fi
 status=0
-trap 'rm -rf "$logs"' EXIT
 
-step() {  # step NAME COMMAND...: runs COMMAND, keeps its output as $logs/NAME
-  local name=$1
-  shift
-  echo "== $name: $*" >&2
-  if "$@" >"$logs/$name" 2>&1; then
+step() {  # step NAME SECONDS COMMAND...: runs COMMAND for at most SECONDS, keeps its output as $logs/NAME
+  local name=$1 limit=$2
+  shift 2
+  echo "== $name (at most ${limit} s): $*" >&2
+  local rc=0
+  timeout --kill-after=10 "$limit" "$@" >"$logs/$name" 2>&1 || rc=$?
+  if [ "$rc" -eq 0 ]; then
     echo "ok" >"$logs/$name.rc"
+  elif [ "$rc" -eq 124 ] || [ "$rc" -eq 137 ]; then
+    echo "TIMED OUT after ${limit} s" >"$logs/$name.rc"
+    status=1
   else
-    echo "FAILED (exit $?)" >"$logs/$name.rc"
+    echo "FAILED (exit $rc)" >"$logs/$name.rc"
     status=1
   fi
   tail -n 5 "$logs/$name" >&2
@@ -40,17 +52,20 @@ section() {  # section TITLE NAME [FILTER]: a results section with the step's ou
   echo '```'
 }
 
+fault_case='Devices/DeviceTest.AKernelFaultEndsCudaServiceUntilTheDaemonRestarts'
 if [ -n "${REPLAYD_PACK:-}" ]; then
-  step build echo "prebuilt binaries from $REPLAYD_PACK"
+  step build 10 echo "prebuilt binaries from $REPLAYD_PACK"
 else
-  step build env BUILD_DIR="$build_dir" bash deploy/build.sh
+  step build 1800 env BUILD_DIR="$build_dir" bash deploy/build.sh
 fi
-step gpu nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
-step driver "$build_dir/tests/cuda_driver_test"
-step suite "$build_dir/tests/integration_test" --gtest_filter='Devices/*'
-step demo env BUILD_DIR="$build_dir" REPLAYD_DEMO_DEVICE=cuda:0 REPLAYD_DEMO_PORT=7171 bash deploy/demo.sh
-step bench_cuda "$build_dir/tests/bench/replayd_device_bench" --device=cuda:0 --runs=7 --iterations=500
-step bench_cpu "$build_dir/tests/bench/replayd_device_bench" --device=cpu:0 --runs=7 --iterations=500
+step gpu 30 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
+step driver 120 "$build_dir/tests/cuda_driver_test"
+step suite 300 "$build_dir/tests/integration_test" --gtest_filter="Devices/*:-$fault_case/*"
+step demo 240 env BUILD_DIR="$build_dir" REPLAYD_DEMO_DEVICE=cuda:0 REPLAYD_DEMO_PORT=7171 bash deploy/demo.sh
+step bench_cuda 180 "$build_dir/tests/bench/replayd_device_bench" --device=cuda:0 --runs=7 --iterations=500
+step bench_cpu 180 "$build_dir/tests/bench/replayd_device_bench" --device=cpu:0 --runs=7 --iterations=500
+step fault_session 60 "$build_dir/tests/integration_test" --gtest_filter="$fault_case/cuda_0_cuda_c"
+step fault_primary 60 "$build_dir/tests/integration_test" --gtest_filter="$fault_case/cuda_0_cuda_c_primary"
 
 {
   echo "# GPU results"
@@ -64,6 +79,8 @@ step bench_cpu "$build_dir/tests/bench/replayd_device_bench" --device=cpu:0 --ru
   section "Decode demo on cuda:0 (deploy/demo.sh)" demo
   section "Per-kernel cost on cuda:0 (replayd_device_bench --device=cuda:0)" bench_cuda
   section "The same on cpu:0, for comparison" bench_cpu
+  section "A kernel fault, session contexts (one process)" fault_session '^\[ *(OK|FAILED|SKIPPED) +\]|Failure|Expected|Which is|Actual'
+  section "A kernel fault, the primary context (one process)" fault_primary '^\[ *(OK|FAILED|SKIPPED) +\]|Failure|Expected|Which is|Actual' 
 } >"$results"
 echo "wrote $results" >&2
 exit "$status"
