@@ -4,7 +4,8 @@
 # `replayctl demo`, stop the daemon.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-[ -n "${REPLAYD_PREBUILT:-}" ] || bash deploy/build.sh
+# Only the daemon and the client: the test suite is not needed to run the demo.
+[ -n "${REPLAYD_PREBUILT:-}" ] || BUILD_TARGETS="replayd replayctl" bash deploy/build.sh
 build_dir=${BUILD_DIR:-build}
 port=${REPLAYD_DEMO_PORT:-7070}
 device=${REPLAYD_DEMO_DEVICE:-cpu:0}
