@@ -49,6 +49,9 @@ class GraphInstance {
   // The slot of each buffer parameter, in parameter order.
   const std::vector<uint32_t>& buffer_params() const { return buffer_params_; }
   uint64_t replays() const { return replays_.load(); }
+  // The bytes a copy's view of a parameter reaches at most (offset + length): the size of
+  // the memory its node is built on before a replay names the buffer. 0 without such copies.
+  uint64_t PlaceholderBytes() const;
 
   // INVALID_ARGUMENT when `buffers` (one device address per buffer parameter) makes a
   // copy's two views overlap: slots never do, but a replay may pass one buffer for two.
@@ -85,9 +88,6 @@ class GraphInstance {
 
   GraphInstance(Graph graph, std::string structure, std::shared_ptr<Context> context);
   absl::Status Prepare(const BatchOptions& options);
-  // The bytes a copy's view of a parameter reaches at most (offset + length): the size of
-  // the memory its node is built on before a replay names the buffer. 0 without such copies.
-  uint64_t PlaceholderBytes() const;
   Dim3 EvaluateDims(const std::array<Expression, 3>& dims, std::span<const int64_t> values) const;
 
   // Declared first, so it is destroyed last: the graph's programs hold kernels and its

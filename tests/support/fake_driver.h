@@ -1,0 +1,276 @@
+// A device for engine tests: host memory, kernels whose bodies are C++ functions, device
+// graphs that run their nodes in order, and faults injected where a test asks for them
+// (an allocation, an instantiation, an update, a launch), so the engine's failure paths
+// run on any machine. It checks what the real drivers check: a copy node must lie on
+// live allocations of its context (CUDA refuses a memcpy node on an address it does not
+// know), and every allocation is freed exactly once.
+//
+// Thread safety: a FakeDevice and its contexts may be used from several threads; the
+// counters are read after the work is done.
+#ifndef REPLAYD_TESTS_SUPPORT_FAKE_DRIVER_H_
+#define REPLAYD_TESTS_SUPPORT_FAKE_DRIVER_H_
+
+#include <cstdlib>
+#include <cstring>
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
+#include "drivers/driver.h"
+
+namespace replayd::testing {
+
+// What a kernel does: its packed arguments and its launch dimensions.
+using FakeKernelBody = std::function<void(std::span<const ArgValue> args, const Dim3& global)>;
+
+class FakeKernel : public Kernel {
+ public:
+  FakeKernel(Signature signature, FakeKernelBody body) : signature_(std::move(signature)), body_(std::move(body)) {}
+  const Signature& signature() const override { return signature_; }
+  void Run(std::span<const ArgValue> args, const Dim3& global) const {
+    if (body_) body_(args, global);
+  }
+
+ private:
+  Signature signature_;
+  FakeKernelBody body_;
+};
+
+// Faults to inject. A countdown of n fails the (n+1)-th such call from now on, once; -1
+// never fails. The injected status is returned as is.
+struct FakeFaults {
+  int allocate = -1;
+  int instantiate = -1;
+  int update = -1;
+  int graph_launch = -1;
+  absl::Status status = absl::InternalError("injected fault");
+
+  // True when this call of a countdown should fail (and disarms it).
+  static bool Due(int& countdown) {
+    if (countdown < 0) return false;
+    return countdown-- == 0;
+  }
+};
+
+// Counts of what the device did, for a test to check.
+struct FakeCounts {
+  int allocations = 0;       // made
+  int frees = 0;             // released
+  int instantiations = 0;    // device graphs built
+  int graph_launches = 0;    // device graph submissions
+  int launches = 0;          // eager launches
+  uint64_t peak_bytes = 0;   // most bytes live at once
+};
+
+class FakeDevice : public Device {
+ public:
+  explicit FakeDevice(uint64_t total_memory = 64 << 20, std::string id = "fake:0") {
+    info_.id = std::move(id);
+    info_.kind = DeviceKind::kCpu;
+    info_.name = "fake device";
+    info_.total_memory = total_memory;
+    info_.limits.max_global = {1u << 24, 1u << 16, 1u << 16};
+    info_.limits.max_global_total = 1u << 24;
+    info_.limits.max_local = {1024, 1024, 64};
+    info_.limits.max_local_total = 1024;
+    info_.formats = {"fake"};
+    info_.driver_version = "fake 1";
+    info_.architecture = "fake";
+    info_.target = "fake";
+  }
+
+  const DeviceInfo& info() const override { return info_; }
+  uint64_t memory_in_use() const override {
+    absl::MutexLock lock(&mu_);
+    return in_use_;
+  }
+  absl::Status Compile(const ProgramSource&, const std::filesystem::path&) override {
+    return absl::UnimplementedError("the fake device compiles nothing: make kernels with FakeContext::MakeKernel");
+  }
+  absl::StatusOr<std::unique_ptr<Context>> OpenContext() override;
+
+  FakeFaults& faults() { return faults_; }
+  FakeCounts counts() const {
+    absl::MutexLock lock(&mu_);
+    return counts_;
+  }
+  // Allocations still live.
+  size_t live_allocations() const {
+    absl::MutexLock lock(&mu_);
+    return live_.size();
+  }
+
+  // Device memory: host memory, zeroed.
+  absl::StatusOr<Allocation> Allocate(uint64_t bytes) {
+    absl::MutexLock lock(&mu_);
+    if (FakeFaults::Due(faults_.allocate)) return faults_.status;
+    if (bytes == 0 || bytes > info_.total_memory - in_use_)
+      return absl::ResourceExhaustedError(absl::StrCat(info_.id, ": ", bytes, " bytes do not fit"));
+    void* p = std::calloc(1, bytes);
+    if (!p) return absl::ResourceExhaustedError("calloc failed");
+    const Allocation a{reinterpret_cast<uint64_t>(p), bytes};
+    live_[a.address] = bytes;
+    in_use_ += bytes;
+    ++counts_.allocations;
+    counts_.peak_bytes = std::max(counts_.peak_bytes, in_use_);
+    return a;
+  }
+  void Free(const Allocation& a) {
+    absl::MutexLock lock(&mu_);
+    auto it = live_.find(a.address);
+    if (it == live_.end() || it->second != a.bytes) {
+      ++bad_frees_;
+      return;
+    }
+    live_.erase(it);
+    in_use_ -= a.bytes;
+    ++counts_.frees;
+    std::free(reinterpret_cast<void*>(a.address));
+  }
+  // Frees of an address that was not live (or with the wrong size): always 0 in a
+  // correct engine.
+  int bad_frees() const {
+    absl::MutexLock lock(&mu_);
+    return bad_frees_;
+  }
+  // True when [address, address + bytes) lies inside one live allocation.
+  bool Holds(uint64_t address, uint64_t bytes) const {
+    absl::MutexLock lock(&mu_);
+    auto it = live_.upper_bound(address);
+    if (it == live_.begin()) return false;
+    --it;
+    const uint64_t offset = address - it->first;
+    return offset < it->second && bytes <= it->second - offset;
+  }
+  // Counts and injects under the device's lock.
+  template <typename F>
+  auto Locked(F f) {
+    absl::MutexLock lock(&mu_);
+    return f(counts_, faults_);
+  }
+
+ private:
+  DeviceInfo info_;
+  mutable absl::Mutex mu_;
+  std::map<uint64_t, uint64_t> live_ ABSL_GUARDED_BY(mu_);
+  uint64_t in_use_ ABSL_GUARDED_BY(mu_) = 0;
+  FakeCounts counts_ ABSL_GUARDED_BY(mu_);
+  FakeFaults faults_;  // set by the test before the work it affects
+  int bad_frees_ ABSL_GUARDED_BY(mu_) = 0;
+};
+
+// A copy node's check, as CUDA makes it for a memcpy node.
+inline absl::Status CheckFakeCopy(const FakeDevice& device, std::span<const ArgValue> args, uint64_t bytes) {
+  for (int side = 0; side < 2; ++side)
+    if (!device.Holds(args[side].address, bytes))
+      return absl::InvalidArgumentError(absl::StrCat("copy node ", side == 0 ? "destination" : "source", " 0x",
+                                                     absl::Hex(args[side].address), " is not device memory"));
+  return absl::OkStatus();
+}
+
+class FakeDeviceGraph : public DeviceGraph {
+ public:
+  FakeDeviceGraph(FakeDevice* device, std::span<const GraphNode> nodes)
+      : device_(device), nodes_(nodes.begin(), nodes.end()) {}
+
+  absl::Status Update(size_t node, std::span<const ArgValue> args, const Dim3& global, const Dim3& local) override {
+    if (device_->Locked([](FakeCounts&, FakeFaults& f) { return FakeFaults::Due(f.update); }))
+      return device_->faults().status;
+    GraphNode& n = nodes_[node];
+    if (n.is_copy())
+      if (absl::Status s = CheckFakeCopy(*device_, args, n.copy_bytes); !s.ok()) return s;
+    n.args.assign(args.begin(), args.end());
+    n.global = global;
+    n.local = local;
+    return absl::OkStatus();
+  }
+
+  absl::StatusOr<std::optional<absl::Duration>> Launch(bool wait) override {
+    if (device_->Locked([](FakeCounts& c, FakeFaults& f) {
+          ++c.graph_launches;
+          return FakeFaults::Due(f.graph_launch);
+        }))
+      return device_->faults().status;
+    for (const GraphNode& n : nodes_) {
+      if (n.is_copy()) {
+        std::memcpy(reinterpret_cast<void*>(n.args[0].address), reinterpret_cast<const void*>(n.args[1].address),
+                    n.copy_bytes);
+      } else {
+        static_cast<const FakeKernel*>(n.kernel)->Run(n.args, n.global);
+      }
+    }
+    if (!wait) return std::optional<absl::Duration>();
+    return std::optional<absl::Duration>(absl::Microseconds(1));
+  }
+
+  const std::vector<GraphNode>& nodes() const { return nodes_; }
+
+ private:
+  FakeDevice* const device_;
+  std::vector<GraphNode> nodes_;
+};
+
+class FakeContext : public Context {
+ public:
+  explicit FakeContext(FakeDevice* device) : device_(device) {}
+
+  absl::StatusOr<Allocation> Allocate(uint64_t bytes) override { return device_->Allocate(bytes); }
+  void Free(const Allocation& allocation) override { device_->Free(allocation); }
+  absl::Status Write(const Allocation& dst, uint64_t offset, std::span<const uint8_t> bytes) override {
+    std::memcpy(reinterpret_cast<uint8_t*>(dst.address) + offset, bytes.data(), bytes.size());
+    return absl::OkStatus();
+  }
+  absl::Status Read(const Allocation& src, uint64_t offset, std::span<uint8_t> bytes) override {
+    std::memcpy(bytes.data(), reinterpret_cast<const uint8_t*>(src.address) + offset, bytes.size());
+    return absl::OkStatus();
+  }
+  absl::Status Copy(const Allocation& dst, uint64_t dst_offset, const Allocation& src, uint64_t src_offset,
+                    uint64_t bytes) override {
+    std::memmove(reinterpret_cast<uint8_t*>(dst.address) + dst_offset,
+                 reinterpret_cast<const uint8_t*>(src.address) + src_offset, bytes);
+    return absl::OkStatus();
+  }
+  absl::StatusOr<std::unique_ptr<Kernel>> Load(const ProgramSource&, const std::filesystem::path&) override {
+    return absl::UnimplementedError("the fake device loads no artifacts: use MakeKernel");
+  }
+  absl::StatusOr<std::optional<absl::Duration>> Launch(const Kernel& kernel, std::span<const ArgValue> args,
+                                                       const Dim3& global, const Dim3&, bool wait) override {
+    device_->Locked([](FakeCounts& c, FakeFaults&) { return ++c.launches; });
+    static_cast<const FakeKernel&>(kernel).Run(args, global);
+    if (!wait) return std::optional<absl::Duration>();
+    return std::optional<absl::Duration>(absl::Microseconds(1));
+  }
+  absl::Status Synchronize() override { return absl::OkStatus(); }
+  absl::StatusOr<std::unique_ptr<DeviceGraph>> Instantiate(std::span<const GraphNode> nodes,
+                                                           std::span<const std::pair<size_t, size_t>>) override {
+    if (device_->Locked([](FakeCounts&, FakeFaults& f) { return FakeFaults::Due(f.instantiate); }))
+      return device_->faults().status;
+    for (const GraphNode& n : nodes)
+      if (n.is_copy())
+        if (absl::Status s = CheckFakeCopy(*device_, n.args, n.copy_bytes); !s.ok()) return s;
+    device_->Locked([](FakeCounts& c, FakeFaults&) { return ++c.instantiations; });
+    return std::make_unique<FakeDeviceGraph>(device_, nodes);
+  }
+  uint64_t address_space() const override { return 0; }
+
+  // A kernel of this context with `signature` that runs `body`.
+  static std::unique_ptr<Kernel> MakeKernel(Signature signature, FakeKernelBody body) {
+    return std::make_unique<FakeKernel>(std::move(signature), std::move(body));
+  }
+
+ private:
+  FakeDevice* const device_;
+};
+
+inline absl::StatusOr<std::unique_ptr<Context>> FakeDevice::OpenContext() {
+  return std::unique_ptr<Context>(std::make_unique<FakeContext>(this));
+}
+
+}  // namespace replayd::testing
+
+#endif  // REPLAYD_TESTS_SUPPORT_FAKE_DRIVER_H_
