@@ -3,130 +3,41 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstring>
 #include <map>
+#include <string>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "client/decode_geometry.h"
+#include "client/decode_model.h"
 
 namespace replayd::client {
 namespace {
 
-constexpr int kLayers = 2, kD = 256, kHeads = 4, kVocab = 512, kCtx = 256, kFf = 1024;
-constexpr int kChunk = 64;  // matvec columns per invocation
+using decode::kCtx;
+using decode::kD;
+using decode::kFf;
+using decode::kHeads;
+using decode::kLayers;
+using decode::kVocab;
+
 constexpr double kTolerance = 1e-4;
 constexpr int64_t kBos = 1;
 
 const Variable kPosVar{"pos", 1, kCtx, 1};
 
-std::vector<float> PseudoRandom(size_t n, uint32_t seed, float scale) {
-  std::vector<float> v(n);
-  uint32_t x = seed * 2654435761u + 1;
-  for (auto& f : v) {
-    x = x * 1664525u + 1013904223u;
-    f = (static_cast<float>((x >> 8) & 0xffff) / 65536.0f - 0.5f) * 2.0f * scale;
-  }
-  return v;
+// A geometry's dimensions for a LaunchSpec, `pos` as the variable's expression.
+Dim ToDim(const decode::Extent& e) { return e.is_pos ? Dim{Expr{kPosVar.name}} : Dim{uint64_t(e.constant)}; }
+
+std::vector<Dim> GlobalDims(const decode::Geometry& g) {
+  return {ToDim(g.global[0]), ToDim(g.global[1]), ToDim(g.global[2])};
 }
 
-struct Weights {
-  std::vector<float> tok_emb, pos_emb, lnf, wout;
-  struct Layer {
-    std::vector<float> ln1, wqkv, wo, ln2, w1, w2;
-  };
-  std::vector<Layer> layers;
-
-  static Weights Make() {
-    Weights w;
-    uint32_t seed = 1;
-    auto gain = [](size_t n) {
-      std::vector<float> g(n, 1.0f);
-      return g;
-    };
-    w.tok_emb = PseudoRandom(size_t{kVocab} * kD, seed++, 1.0f);
-    w.pos_emb = PseudoRandom(size_t{kCtx} * kD, seed++, 0.1f);
-    w.lnf = gain(kD);
-    w.wout = PseudoRandom(size_t{kD} * kVocab, seed++, 1.0f / std::sqrt(float(kD)));
-    for (int l = 0; l < kLayers; ++l) {
-      Layer layer;
-      layer.ln1 = gain(kD);
-      layer.wqkv = PseudoRandom(size_t{kD} * 3 * kD, seed++, 1.0f / std::sqrt(float(kD)));
-      layer.wo = PseudoRandom(size_t{kD} * kD, seed++, 1.0f / std::sqrt(float(kD)));
-      layer.ln2 = gain(kD);
-      layer.w1 = PseudoRandom(size_t{kD} * kFf, seed++, 1.0f / std::sqrt(float(kD)));
-      layer.w2 = PseudoRandom(size_t{kFf} * kD, seed++, 1.0f / std::sqrt(float(kFf)));
-      w.layers.push_back(std::move(layer));
-    }
-    return w;
-  }
-};
-
-// The reference: the same arithmetic in the same order on the host.
-class HostModel {
- public:
-  explicit HostModel(const Weights& w) : w_(w), k_(kLayers), v_(kLayers) {
-    for (int l = 0; l < kLayers; ++l) {
-      k_[l].assign(size_t{kCtx} * kD, 0.0f);
-      v_[l].assign(size_t{kCtx} * kD, 0.0f);
-    }
-  }
-
-  std::vector<float> Step(int pos, int tok) {
-    std::vector<float> x(kD), h(kD), qkv(3 * kD), att(kD), ff(kFf), scores(kCtx);
-    for (int i = 0; i < kD; ++i) x[i] = w_.tok_emb[size_t(tok) * kD + i] + w_.pos_emb[size_t(pos - 1) * kD + i];
-    for (int l = 0; l < kLayers; ++l) {
-      const auto& L = w_.layers[l];
-      RmsNorm(h, x, L.ln1);
-      MatVec(qkv, h, L.wqkv, kD, 3 * kD, 0);
-      for (int i = 0; i < kD; ++i) {
-        k_[l][size_t(pos - 1) * kD + i] = qkv[kD + i];
-        v_[l][size_t(pos - 1) * kD + i] = qkv[2 * kD + i];
-      }
-      const int hd = kD / kHeads;
-      for (int hh = 0; hh < kHeads; ++hh) {
-        for (int t = 0; t < pos; ++t) {
-          float s = 0.0f;
-          for (int i = 0; i < hd; ++i) s += qkv[hh * hd + i] * k_[l][size_t(t) * kD + hh * hd + i];
-          scores[t] = s / std::sqrt(float(hd));
-        }
-        float m = scores[0];
-        for (int t = 1; t < pos; ++t) m = std::max(m, scores[t]);
-        float sum = 0.0f;
-        for (int t = 0; t < pos; ++t) sum += (scores[t] = std::exp(scores[t] - m));
-        for (int t = 0; t < pos; ++t) scores[t] /= sum;
-        for (int i = 0; i < hd; ++i) att[hh * hd + i] = 0.0f;
-        for (int t = 0; t < pos; ++t)
-          for (int i = 0; i < hd; ++i) att[hh * hd + i] += scores[t] * v_[l][size_t(t) * kD + hh * hd + i];
-      }
-      MatVec(x, att, L.wo, kD, kD, 1);
-      RmsNorm(h, x, L.ln2);
-      MatVec(ff, h, L.w1, kD, kFf, 2);
-      MatVec(x, ff, L.w2, kFf, kD, 1);
-    }
-    RmsNorm(h, x, w_.lnf);
-    std::vector<float> logits(kVocab);
-    MatVec(logits, h, w_.wout, kD, kVocab, 0);
-    return logits;
-  }
-
- private:
-  static void RmsNorm(std::vector<float>& out, const std::vector<float>& x, const std::vector<float>& g) {
-    float ss = 0.0f;
-    for (int i = 0; i < kD; ++i) ss += x[i] * x[i];
-    const float inv = 1.0f / std::sqrt(ss / float(kD) + 1e-5f);
-    for (int i = 0; i < kD; ++i) out[i] = x[i] * inv * g[i];
-  }
-  static void MatVec(std::vector<float>& out, const std::vector<float>& x, const std::vector<float>& w, int rows,
-                     int cols, int mode) {
-    std::vector<float> acc(cols, 0.0f);
-    for (int i = 0; i < rows; ++i)
-      for (int j = 0; j < cols; ++j) acc[j] += x[i] * w[size_t(i) * cols + j];
-    for (int j = 0; j < cols; ++j) out[j] = mode == 1 ? out[j] + acc[j] : (mode == 2 ? std::max(acc[j], 0.0f) : acc[j]);
-  }
-
-  const Weights& w_;
-  std::vector<std::vector<float>> k_, v_;
-};
+std::vector<Dim> LocalDims(const decode::Geometry& g) {
+  return {uint64_t(g.local[0]), uint64_t(g.local[1]), uint64_t(g.local[2])};
+}
 
 // The model's state on the device: programs, weights and the KV cache in session buffers.
 class DeviceModel {
@@ -136,9 +47,10 @@ class DeviceModel {
       : s_(s),
         gpu_format_(device.rfind("cuda:", 0) == 0  ? "cuda-c"
                     : device.rfind("hip:", 0) == 0 ? "hip-c"
-                                                   : "") {}
+                                                   : ""),
+        set_(gpu_format_.empty() ? decode::KernelSet::kCpu : decode::KernelSet::kGpu) {}
 
-  absl::Status Load(const Weights& w, int* cache_hits, double* compile_seconds) {
+  absl::Status Load(const decode::Weights& w, int* cache_hits, double* compile_seconds) {
     struct Def {
       const char* entry;
       const char* signature;
@@ -152,13 +64,17 @@ class DeviceModel {
                         {"attn_scores", "out,in,in,int32,int32,int32,int32", true},
                         {"attn_softmax", "inout,int32,int32", true},
                         {"attn_mix", "out,in,in,int32,int32,int32,int32", true}};
+    // NVRTC fuses a multiply and an add into one FMA by default (--fmad=true), and hiprtc contracts them likewise.
+    // With that off, the GPU rounds every product and every sum as the host reference does, so its logits differ from
+    // the reference only by the order in which the kernels' parallel reductions add, which the tolerance allows for.
+    const std::vector<std::string> gpu_options = {gpu_format_ == "hip-c" ? "-ffp-contract=off" : "--fmad=false"};
     for (const Def& d : defs) {
-      // On CUDA the invocation index is the block index, not an argument.
-      absl::StatusOr<v1::Signature> sig = ParseSignature(d.signature, d.core && gpu_format_.empty());
+      // On a GPU the invocation index is the block index, not an argument.
+      absl::StatusOr<v1::Signature> sig = ParseSignature(d.signature, d.core && set_ == decode::KernelSet::kCpu);
       if (!sig.ok()) return sig.status();
-      absl::StatusOr<Program> p = !gpu_format_.empty()
-                                      ? s_.Load({gpu_format_, DemoKernel("decode.cu"), d.entry, *sig, {}})
-                                        : s_.Load({"cpu-c", DemoKernel("decode.c"), d.entry, *sig, {"-O2"}});
+      absl::StatusOr<Program> p = set_ == decode::KernelSet::kGpu
+                                      ? s_.Load({gpu_format_, DemoKernel("decode.cu"), d.entry, *sig, gpu_options})
+                                      : s_.Load({"cpu-c", DemoKernel("decode.c"), d.entry, *sig, {"-O2"}});
       if (!p.ok()) return p.status();
       *cache_hits += p->info().cache_hit();
       *compile_seconds += p->info().compile_seconds();
@@ -218,46 +134,50 @@ class DeviceModel {
   }
 
   // Launches one decode step: the embedding of tok[0] at pos, 10 calls per layer, the
-  // final norm, the logits, and the argmax written back into tok.
+  // final norm, the logits, and the argmax written back into tok. Every launch takes its
+  // geometry from client/decode_geometry.h.
   absl::Status Step(const Scratch& sc, const Buffer& tok, const Buffer& logits, int64_t pos) {
     const std::vector<BoundVariable> vars = {{kPosVar, pos}};
-    auto launch = [&](const char* entry, std::vector<KernelArg> args, std::vector<Dim> global) {
+    auto launch = [&](const char* entry, std::vector<KernelArg> args, const decode::Geometry& g) {
       LaunchSpec spec;
       spec.args = std::move(args);
-      spec.global = std::move(global);
+      spec.global = GlobalDims(g);
+      spec.local = LocalDims(g);
       spec.variables = vars;
       return s_.Launch(programs_.at(entry), spec).status();
     };
+    const int64_t chunk = decode::MatVecChunk(set_);
     auto matvec = [&](const Buffer& out, const Buffer& x, const Buffer& w, int rows, int cols, int mode) {
-      return launch("matvec",
-                    {View{&out}, View{&x}, View{&w}, int64_t{rows}, int64_t{cols}, int64_t{kChunk}, int64_t{mode}},
-                    {uint64_t(cols / kChunk)});
+      return launch("matvec", {View{&out}, View{&x}, View{&w}, int64_t{rows}, int64_t{cols}, chunk, int64_t{mode}},
+                    decode::MatVecGeometry(set_, cols));
     };
     const int64_t d = kD, heads = kHeads, ctx = kCtx;
-    absl::Status st = launch("embed", {View{&sc.x}, View{&weights_[0]}, View{&weights_[1]}, View{&tok}, Expr{"pos"}, d},
-                             {uint64_t{1}});
+    const Expr p{kPosVar.name};
+    absl::Status st = launch("embed", {View{&sc.x}, View{&weights_[0]}, View{&weights_[1]}, View{&tok}, p, d},
+                             decode::EmbedGeometry(set_));
     for (int l = 0; l < kLayers && st.ok(); ++l) {
       const Buffer* L = &weights_[4 + 6 * l];
       const Buffer &k = kv_[2 * l], &v = kv_[2 * l + 1];
       const LayerScratch& t = sc.layers[l % sc.layers.size()];
-      if (st.ok()) st = launch("rmsnorm", {View{&t.h}, View{&sc.x}, View{&L[0]}, d}, {uint64_t{1}});
+      if (st.ok()) st = launch("rmsnorm", {View{&t.h}, View{&sc.x}, View{&L[0]}, d}, decode::RmsNormGeometry(set_));
       if (st.ok()) st = matvec(t.qkv, t.h, L[1], kD, 3 * kD, 0);
-      if (st.ok()) st = launch("kv_store", {View{&k}, View{&v}, View{&t.qkv}, Expr{"pos"}, d}, {uint64_t{1}});
+      if (st.ok()) st = launch("kv_store", {View{&k}, View{&v}, View{&t.qkv}, p, d}, decode::KvStoreGeometry(set_));
       if (st.ok())
-        st = launch("attn_scores", {View{&t.scores}, View{&t.qkv}, View{&k}, Expr{"pos"}, d, heads, ctx},
-                    {Expr{"pos"}, uint64_t{kHeads}});
-      if (st.ok()) st = launch("attn_softmax", {View{&t.scores}, Expr{"pos"}, ctx}, {uint64_t{kHeads}});
+        st = launch("attn_scores", {View{&t.scores}, View{&t.qkv}, View{&k}, p, d, heads, ctx},
+                    decode::AttnScoresGeometry(set_, kHeads));
+      if (st.ok()) st = launch("attn_softmax", {View{&t.scores}, p, ctx}, decode::AttnSoftmaxGeometry(set_, kHeads));
       if (st.ok())
-        st = launch("attn_mix", {View{&t.att}, View{&t.scores}, View{&v}, Expr{"pos"}, d, heads, ctx},
-                    {uint64_t{kHeads}});
+        st = launch("attn_mix", {View{&t.att}, View{&t.scores}, View{&v}, p, d, heads, ctx},
+                    decode::AttnMixGeometry(set_, kHeads));
       if (st.ok()) st = matvec(sc.x, t.att, L[2], kD, kD, 1);
-      if (st.ok()) st = launch("rmsnorm", {View{&t.h}, View{&sc.x}, View{&L[3]}, d}, {uint64_t{1}});
+      if (st.ok()) st = launch("rmsnorm", {View{&t.h}, View{&sc.x}, View{&L[3]}, d}, decode::RmsNormGeometry(set_));
       if (st.ok()) st = matvec(t.ff, t.h, L[4], kD, kFf, 2);
       if (st.ok()) st = matvec(sc.x, t.ff, L[5], kFf, kD, 1);
     }
-    if (st.ok()) st = launch("rmsnorm", {View{&sc.h}, View{&sc.x}, View{&weights_[2]}, d}, {uint64_t{1}});
+    if (st.ok())
+      st = launch("rmsnorm", {View{&sc.h}, View{&sc.x}, View{&weights_[2]}, d}, decode::RmsNormGeometry(set_));
     if (st.ok()) st = matvec(logits, sc.h, weights_[3], kD, kVocab, 0);
-    if (st.ok()) st = launch("argmax", {View{&tok}, View{&logits}, int64_t{kVocab}}, {uint64_t{1}});
+    if (st.ok()) st = launch("argmax", {View{&tok}, View{&logits}, int64_t{kVocab}}, decode::ArgmaxGeometry(set_));
     return st;
   }
 
@@ -267,6 +187,7 @@ class DeviceModel {
  private:
   Session& s_;
   const std::string gpu_format_;  // empty on the CPU
+  const decode::KernelSet set_;
   std::map<std::string, Program> programs_;
   std::vector<Buffer> weights_, kv_;
   uint64_t weight_bytes_ = 0;
@@ -311,7 +232,7 @@ absl::Status RunDemo(Client& client, const DemoOptions& options, std::ostream& o
   const int n = options.tokens;
   absl::StatusOr<Session> session = client.OpenSession(options.device);
   if (!session.ok()) return session.status();
-  const Weights weights = Weights::Make();
+  const decode::Weights weights = decode::Weights::Make();
   DeviceModel model(*session, options.device);
   int hits = 0;
   double compile_s = 0;
@@ -336,7 +257,7 @@ absl::Status RunDemo(Client& client, const DemoOptions& options, std::ostream& o
   const std::vector<View> reads = {View{&*logits}, View{&*tok}};
 
   // The reference, step by step, following the tokens the device picks.
-  HostModel host(weights);
+  decode::HostModel host(weights);
   std::vector<std::vector<float>> expected;
   std::vector<int64_t> tokens = {kBos};
   double max_err = 0;

@@ -1,6 +1,8 @@
 /* Kernels of a small decoder-only transformer, one decode step at a time.
- * Buffers hold float32; matrices are row-major [rows][cols]. Kernels that take a
- * trailing `core` run once per invocation (the launch's global size). */
+ * Buffers hold float32; matrices are row-major [rows][cols]. A kernel runs once per
+ * invocation (the product of the launch's global dimensions); those that take a trailing
+ * `core` receive the invocation's index. The launch geometry of every kernel is in
+ * client/decode_geometry.h. */
 #include <math.h>
 
 /* x = tok_emb[tok[0]] + pos_emb[pos - 1] */
@@ -42,7 +44,8 @@ void kv_store(float *k_cache, float *v_cache, const float *qkv, int pos, int d) 
   }
 }
 
-/* One invocation per (position t < pos, head h): scores[h][t] = q_h . k_t,h / sqrt(hd). */
+/* One invocation per (position t < pos, head h), global (pos, heads), so core = t + pos * h:
+ * scores[h][t] = q_h . k_t,h / sqrt(hd). */
 void attn_scores(float *scores, const float *qkv, const float *k_cache, int pos, int d, int heads,
                  int ctx, int core) {
   const int t = core % pos, h = core / pos, hd = d / heads;
