@@ -7,20 +7,18 @@
 
 namespace replayd {
 
-absl::StatusOr<std::vector<int64_t>> CheckBoundVariables(const std::vector<BoundVariable>& bound,
-                                                         std::vector<Variable>* variables) {
-  std::vector<int64_t> values;
+absl::StatusOr<BoundValues> CheckBoundVariables(const std::vector<BoundVariable>& bound) {
+  BoundValues out;
   absl::flat_hash_set<absl::string_view> names;
-  variables->clear();
   for (const BoundVariable& b : bound) {
     if (absl::Status s = CheckVariable(b.variable); !s.ok()) return s;
     if (!names.insert(b.variable.name).second)
       return absl::InvalidArgumentError(absl::StrCat("variable ", b.variable.name, " is bound twice"));
     if (absl::Status s = CheckValue(b.variable, b.value); !s.ok()) return s;
-    variables->push_back(b.variable);
-    values.push_back(b.value);
+    out.variables.push_back(b.variable);
+    out.values.push_back(b.value);
   }
-  return values;
+  return out;
 }
 
 absl::StatusOr<int64_t> EvaluateChecked(const Expression& e, std::span<const Variable> variables,

@@ -51,10 +51,15 @@ struct LaunchResult {
   std::optional<absl::Duration> device_time;
 };
 
+// Bound variables split into their definitions and their values, index for index.
+struct BoundValues {
+  std::vector<Variable> variables;
+  std::vector<int64_t> values;
+};
+
 // The variables of `op` and their values: each well formed, named once, its value in
 // range. INVALID_ARGUMENT naming the variable, the value and the range otherwise.
-absl::StatusOr<std::vector<int64_t>> CheckBoundVariables(const std::vector<BoundVariable>& bound,
-                                                         std::vector<Variable>* variables);
+absl::StatusOr<BoundValues> CheckBoundVariables(const std::vector<BoundVariable>& bound);
 
 // The value of `e` at `values`, after checking its bounds over `variables` (no overflow,
 // no divisor that can be zero).

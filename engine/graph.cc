@@ -117,15 +117,23 @@ GraphCall CopyCall(const SlotView& dst, const SlotView& src) {
   return call;
 }
 
+absl::Status CheckGraphLimits(size_t variables, size_t slots, size_t calls) {
+  struct Limit {
+    size_t count;
+    size_t max;
+    const char* what;
+  };
+  for (const Limit& l : {Limit{variables, kMaxGraphVariables, "variables"}, Limit{slots, kMaxGraphSlots, "slots"},
+                         Limit{calls, kMaxGraphCalls, "calls"}})
+    if (l.count > l.max)
+      return absl::InvalidArgumentError(
+          absl::StrCat("a graph has at most ", l.max, " ", l.what, "; this one would have ", l.count));
+  return absl::OkStatus();
+}
+
 absl::Status CheckGraph(const Graph& g, const DeviceInfo& device) {
   if (g.calls.empty()) return absl::InvalidArgumentError("graph has no calls");
-  if (g.calls.size() > kMaxGraphCalls)
-    return absl::InvalidArgumentError(absl::StrCat("graph has ", g.calls.size(), " calls; at most ", kMaxGraphCalls));
-  if (g.slots.size() > kMaxGraphSlots)
-    return absl::InvalidArgumentError(absl::StrCat("graph has ", g.slots.size(), " slots; at most ", kMaxGraphSlots));
-  if (g.variables.size() > kMaxGraphVariables)
-    return absl::InvalidArgumentError(
-        absl::StrCat("graph has ", g.variables.size(), " variables; at most ", kMaxGraphVariables));
+  if (absl::Status s = CheckGraphLimits(g.variables.size(), g.slots.size(), g.calls.size()); !s.ok()) return s;
   absl::flat_hash_set<std::string> names;
   for (const Variable& v : g.variables) {
     if (absl::Status s = CheckVariable(v); !s.ok()) return s;

@@ -69,6 +69,11 @@ inline constexpr size_t kMaxGraphCalls = 65536;
 inline constexpr size_t kMaxGraphSlots = 65536;
 inline constexpr size_t kMaxGraphVariables = 64;
 
+// OK when a graph of `variables`, `slots` and `calls` is within the limits above;
+// otherwise INVALID_ARGUMENT naming the count over its limit. The one rule for a
+// definition, a capture (as it grows) and a request off the wire.
+absl::Status CheckGraphLimits(size_t variables, size_t slots, size_t calls);
+
 // OK when every part of `graph` is consistent on `device`: variables well formed with
 // unique names; every slot with a size (internals and parameters) or a buffer
 // (constants); every call's arguments match its program's signature, views lie inside

@@ -221,22 +221,21 @@ absl::StatusOr<LaunchResult> Session::Launch(const LaunchOp& op) {
   if (absl::Status s = CheckOpen(); !s.ok()) return s;
   absl::StatusOr<std::shared_ptr<Program>> program = programs_.Find(op.program);
   if (!program.ok()) return program.status();
-  std::vector<Variable> variables;
-  absl::StatusOr<std::vector<int64_t>> values = CheckBoundVariables(op.variables, &variables);
-  if (!values.ok()) return values.status();
+  absl::StatusOr<BoundValues> bound = CheckBoundVariables(op.variables);
+  if (!bound.ok()) return bound.status();
   const LaunchLimits& limits = device().limits;
-  absl::StatusOr<Dim3> global =
-      EvaluateDims(op.global, limits.max_global, limits.max_global_total, variables, *values, "global");
+  absl::StatusOr<Dim3> global = EvaluateDims(op.global, limits.max_global, limits.max_global_total,
+                                             bound->variables, bound->values, "global");
   if (!global.ok()) return global.status();
   absl::StatusOr<Dim3> local =
-      EvaluateDims(op.local, limits.max_local, limits.max_local_total, variables, *values, "local");
+      EvaluateDims(op.local, limits.max_local, limits.max_local_total, bound->variables, bound->values, "local");
   if (!local.ok()) return local.status();
-  thread_local std::vector<ArgValue> args;
-  if (absl::Status s = PackArgs(*(*program)->kernel, op, variables, *values, args); !s.ok()) return s;
+  std::vector<ArgValue>& args = launch_args_;
+  if (absl::Status s = PackArgs(*(*program)->kernel, op, bound->variables, bound->values, args); !s.ok()) return s;
   absl::StatusOr<Scheduler::Turn> turn = env_.scheduler->Acquire(env_.queue);
   if (!turn.ok()) return turn.status();
   if (capture_) {
-    if (absl::Status s = Record(op, *program, variables); !s.ok()) return s;
+    if (absl::Status s = Record(op, *program, bound->variables); !s.ok()) return s;
   }
   absl::StatusOr<std::optional<absl::Duration>> time =
       context_->Launch(*(*program)->kernel, args, *global, *local, op.wait);
@@ -266,7 +265,9 @@ absl::Status Session::Record(const LaunchOp& op, std::shared_ptr<Program> progra
     }
     remap.push_back(index);
   }
-  if (absl::Status s = CheckRecordable(); !s.ok()) return s;
+  if (absl::Status s = CheckGraphLimits(capture_->variables.size() + added.size(), 0, capture_->calls.size() + 1);
+      !s.ok())
+    return s;
   RecordedCall call;
   call.program = std::move(program);
   for (const CallArg& arg : op.args) {
@@ -287,9 +288,7 @@ absl::Status Session::Record(const LaunchOp& op, std::shared_ptr<Program> progra
 }
 
 absl::Status Session::CheckRecordable() const {
-  if (capture_->calls.size() >= kMaxGraphCalls)
-    return absl::ResourceExhaustedError(absl::StrCat("a capture records at most ", kMaxGraphCalls, " calls"));
-  return absl::OkStatus();
+  return CheckGraphLimits(capture_->variables.size(), 0, capture_->calls.size() + 1);
 }
 
 absl::StatusOr<LaunchResult> Session::CopyBuffer(const CopyOp& op) {
@@ -332,8 +331,7 @@ absl::Status Session::BeginCapture(const std::vector<Handle>& inputs, const std:
   absl::MutexLock lock(&mu_);
   if (absl::Status s = CheckOpen(); !s.ok()) return s;
   if (capture_) return absl::FailedPreconditionError("a capture is already open in this session");
-  if (variables.size() > kMaxGraphVariables)
-    return absl::InvalidArgumentError(absl::StrCat("at most ", kMaxGraphVariables, " variables"));
+  if (absl::Status s = CheckGraphLimits(variables.size(), 0, 0); !s.ok()) return s;
   Capture capture;
   for (Handle h : inputs) {
     absl::StatusOr<std::shared_ptr<Buffer>> b = FindBuffer(h);
@@ -450,8 +448,7 @@ absl::StatusOr<Graph> Session::GraphFromDef(const GraphDef& def) {
 absl::StatusOr<GraphInfo> Session::DefineGraph(const GraphDef& def) {
   absl::MutexLock lock(&mu_);
   if (absl::Status s = CheckOpen(); !s.ok()) return s;
-  if (def.calls.size() > kMaxGraphCalls || def.slots.size() > kMaxGraphSlots)
-    return absl::InvalidArgumentError("graph definition is too large");
+  if (absl::Status s = CheckGraphLimits(def.variables.size(), def.slots.size(), def.calls.size()); !s.ok()) return s;
   absl::StatusOr<Graph> g = GraphFromDef(def);
   if (!g.ok()) return g.status();
   return AddGraph(std::move(*g));
@@ -593,9 +590,9 @@ absl::Status Session::ReplayGraph(const ReplayOp& op, ReplayResult& result) {
   absl::MutexLock lock(&mu_);
   absl::StatusOr<std::shared_ptr<GraphInstance>> g = FindReplayable(op.graph);
   if (!g.ok()) return g.status();
-  thread_local std::vector<uint64_t> addresses;
-  thread_local std::vector<int64_t> values;
-  thread_local std::vector<ResolvedRead> reads;
+  std::vector<uint64_t>& addresses = replay_scratch_.addresses;
+  std::vector<int64_t>& values = replay_scratch_.values;
+  std::vector<ResolvedRead>& reads = replay_scratch_.reads;
   // The scratch keeps its capacity but must not keep the buffers alive past this call.
   struct ReleaseReads {
     std::vector<ResolvedRead>& reads;

@@ -283,6 +283,14 @@ class Session {
   HandleTable<Program> programs_ ABSL_GUARDED_BY(mu_){"program"};
   HandleTable<GraphInstance> graphs_ ABSL_GUARDED_BY(mu_){"graph"};
   std::optional<Capture> capture_ ABSL_GUARDED_BY(mu_);
+  // Scratch of a launch and of a replay, which hold mu_ throughout: kept with its
+  // capacity, so a warm replay allocates nothing.
+  std::vector<ArgValue> launch_args_ ABSL_GUARDED_BY(mu_);
+  struct ReplayScratch {
+    std::vector<uint64_t> addresses;
+    std::vector<int64_t> values;
+    std::vector<ResolvedRead> reads;
+  } replay_scratch_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace replayd

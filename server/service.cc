@@ -175,8 +175,7 @@ grpc::Status ReplaydService::BeginCapture(grpc::ServerContext* context, const v1
                                           v1::BeginCaptureReply*) {
   auto session = FindSession(context, request->session());
   if (!session.ok()) return ToGrpc(session.status());
-  if (request->variables_size() > static_cast<int>(kMaxGraphVariables))
-    return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "too many variables");
+  if (absl::Status s = CheckGraphLimits(request->variables_size(), 0, 0); !s.ok()) return ToGrpc(s);
   std::vector<Variable> variables;
   for (const v1::Variable& v : request->variables()) {
     absl::StatusOr<Variable> var = FromProto(v);

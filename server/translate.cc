@@ -206,9 +206,7 @@ absl::StatusOr<CopyOp> FromProto(const v1::CopyBufferRequest& request) {
 
 absl::StatusOr<GraphDef> FromProto(const v1::GraphDef& def) {
   GraphDef out;
-  if (def.variables_size() > static_cast<int>(kMaxGraphVariables) ||
-      def.slots_size() > static_cast<int>(kMaxGraphSlots) || def.calls_size() > static_cast<int>(kMaxGraphCalls))
-    return absl::InvalidArgumentError("graph definition exceeds the limits on variables, slots or calls");
+  if (absl::Status s = CheckGraphLimits(def.variables_size(), def.slots_size(), def.calls_size()); !s.ok()) return s;
   for (const v1::Variable& v : def.variables()) {
     absl::StatusOr<Variable> var = FromProto(v);
     if (!var.ok()) return var.status();

@@ -1,6 +1,8 @@
 #include "engine/call.h"
 
-#include <gtest/gtest.h>
+#include <gmock/gmock.h>
+
+#include "engine/graph.h"
 
 namespace replayd {
 namespace {
@@ -47,6 +49,30 @@ TEST(ResolveViewTest, RejectsRangesOutsideTheBuffer) {
   EXPECT_FALSE(ResolveView({1, 8, ~0ull}, 64).ok());
   EXPECT_FALSE(ResolveView({1, ~0ull, 2}, 64).ok());
   EXPECT_TRUE(ResolveView({1, 56, 8}, 64).ok());
+}
+
+TEST(CheckBoundVariablesTest, SplitsDefinitionsAndValuesOrNamesWhatIsWrong) {
+  const Variable pos{"pos", 1, 256, 1}, n{"n", 0, 64, 8};
+  absl::StatusOr<BoundValues> bound = CheckBoundVariables({{pos, 17}, {n, 16}});
+  ASSERT_TRUE(bound.ok()) << bound.status();
+  ASSERT_EQ(bound->variables.size(), 2u);
+  EXPECT_EQ(bound->variables[1].name, "n");
+  EXPECT_EQ(bound->values, (std::vector<int64_t>{17, 16}));
+  EXPECT_THAT(std::string(CheckBoundVariables({{pos, 1}, {pos, 2}}).status().message()),
+              ::testing::HasSubstr("pos is bound twice"));
+  EXPECT_THAT(std::string(CheckBoundVariables({{n, 12}}).status().message()),
+              ::testing::HasSubstr("not a multiple of 8"));
+}
+
+// One rule and one message for every path that builds a graph: a definition, a capture
+// as it grows, a request off the wire.
+TEST(CheckGraphLimitsTest, NamesTheCountOverItsLimit) {
+  EXPECT_TRUE(CheckGraphLimits(kMaxGraphVariables, kMaxGraphSlots, kMaxGraphCalls).ok());
+  absl::Status calls = CheckGraphLimits(0, 0, kMaxGraphCalls + 1);
+  EXPECT_EQ(calls.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(calls.message()), ::testing::HasSubstr("at most 65536 calls; this one would have 65537"));
+  EXPECT_THAT(std::string(CheckGraphLimits(65, 0, 0).message()), ::testing::HasSubstr("at most 64 variables"));
+  EXPECT_THAT(std::string(CheckGraphLimits(0, kMaxGraphSlots + 1, 0).message()), ::testing::HasSubstr("slots"));
 }
 
 }  // namespace
