@@ -5,6 +5,7 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "drivers/client_text.h"
 
 namespace replayd {
 
@@ -24,7 +25,7 @@ absl::Status CheckCompileOptions(const std::vector<std::string>& options, const 
       if (ok && eq != absl::string_view::npos)
         for (char c : def.substr(eq + 1)) ok = ok && (absl::ascii_isalnum(c) || c == '_' || c == '.' || c == '-');
     }
-    if (!ok) return absl::InvalidArgumentError(absl::StrCat("option \"", o, "\" is not allowed for ", format));
+    if (!ok) return absl::InvalidArgumentError(absl::StrCat("option \"", Echo(o), "\" is not allowed for ", format));
   }
   return absl::OkStatus();
 }

@@ -5,6 +5,7 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "drivers/client_text.h"
 #include "drivers/compile_options.h"
 
 namespace replayd {
@@ -18,7 +19,7 @@ absl::Status CheckSignature(const Signature& signature, const ProgramSource& sou
   for (size_t i = 0; i < signature.params.size(); ++i) {
     const Param& p = signature.params[i];
     std::string what =
-        absl::StrCat("signature param ", i, p.name.empty() ? "" : " (", p.name, p.name.empty() ? "" : ")");
+        absl::StrCat("signature param ", i, p.name.empty() ? "" : " (", Echo(p.name), p.name.empty() ? "" : ")");
     if (p.name.size() > kMaxParamNameLength)
       return absl::InvalidArgumentError(absl::StrCat(what, ": name longer than ", kMaxParamNameLength, " bytes"));
     bool is_buffer = p.kind == ParamKind::kBuffer;
@@ -36,7 +37,7 @@ absl::Status CheckSignature(const Signature& signature, const ProgramSource& sou
 
 absl::Status CheckProgramSource(const ProgramSource& source, const DeviceInfo& device) {
   if (std::find(device.formats.begin(), device.formats.end(), source.format) == device.formats.end()) {
-    return absl::InvalidArgumentError(absl::StrCat("format \"", source.format, "\" is not accepted by ", device.id,
+    return absl::InvalidArgumentError(absl::StrCat("format \"", Echo(source.format), "\" is not accepted by ", device.id,
                                                    " (accepted: ", absl::StrJoin(device.formats, ", "), ")"));
   }
   if (source.code.empty()) return absl::InvalidArgumentError("program code is empty");
@@ -44,7 +45,7 @@ absl::Status CheckProgramSource(const ProgramSource& source, const DeviceInfo& d
     return absl::InvalidArgumentError(
         absl::StrCat("program code of ", source.code.size(), " bytes exceeds ", kMaxCodeBytes));
   if (source.entry.size() > kMaxEntryLength || !IsIdentifier(source.entry))
-    return absl::InvalidArgumentError(absl::StrCat("entry \"", source.entry.substr(0, 64), "\" is not an identifier"));
+    return absl::InvalidArgumentError(absl::StrCat("entry \"", Echo(source.entry), "\" is not an identifier"));
   if (source.options.size() > kMaxOptions)
     return absl::InvalidArgumentError(absl::StrCat(source.options.size(), " options exceed ", kMaxOptions));
   return CheckSignature(source.signature, source, device);

@@ -15,6 +15,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_replace.h"
+#include "drivers/client_text.h"
 #include "drivers/cpu/trampoline.h"
 
 extern char** environ;
@@ -52,8 +53,7 @@ absl::Status CCompiler::CheckOptions(const std::vector<std::string>& options) {
       ok = IsIdentifier(def.substr(0, eq)) &&
            (eq == absl::string_view::npos || IsMacroValue(def.substr(eq + 1)));
     }
-    if (!ok) return absl::InvalidArgumentError(absl::StrCat("option \"", option,
-                                                            "\" is not allowed for cpu-c"));
+    if (!ok) return absl::InvalidArgumentError(absl::StrCat("option \"", Echo(option), "\" is not allowed for cpu-c"));
   }
   return absl::OkStatus();
 }

@@ -7,6 +7,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "drivers/client_text.h"
 #include "drivers/compile_options.h"
 
 namespace replayd {
@@ -126,10 +127,11 @@ absl::StatusOr<NvrtcModule> Nvrtc::Compile(const std::string& source, const std:
   }
   if (compiled != NVRTC_SUCCESS)
     return absl::InvalidArgumentError(
-        absl::StrCat("cuda-c compile of ", entry, " failed (", nvrtcGetErrorString_(compiled), "):\n", out.log));
+        absl::StrCat("cuda-c compile of ", Echo(entry), " failed (", nvrtcGetErrorString_(compiled), "):\n",
+                     EchoLog(out.log)));
   const char* lowered = nullptr;
   if (nvrtcGetLoweredName_(prog, entry.c_str(), &lowered) != NVRTC_SUCCESS || !lowered)
-    return absl::InvalidArgumentError(absl::StrCat("cuda-c program has no kernel named ", entry));
+    return absl::InvalidArgumentError(absl::StrCat("cuda-c program has no kernel named ", Echo(entry)));
   out.lowered_entry = lowered;
   size_t size = 0;
   if (output == NvrtcOutput::kCubin) {

@@ -3,6 +3,7 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "drivers/client_text.h"
 #include "drivers/compile_options.h"
 #include "drivers/elf_image.h"
 
@@ -55,7 +56,7 @@ absl::StatusOr<ModuleArtifact> CompileHipC(const ProgramSource& source, const Hi
   }
   if (compiled != HIPRTC_SUCCESS)
     return absl::InvalidArgumentError(absl::StrCat("hip-c compile of ", source.entry, " failed (",
-                                                   hip.hiprtcGetErrorString(compiled), "):\n", NameTheSource(log)));
+                                                   hip.hiprtcGetErrorString(compiled), "):\n", EchoLog(NameTheSource(log))));
   const char* lowered = nullptr;
   if (hip.hiprtcGetLoweredName(prog, source.entry.c_str(), &lowered) != HIPRTC_SUCCESS || !lowered)
     return absl::InvalidArgumentError(absl::StrCat("hip-c program has no kernel named ", source.entry));

@@ -244,6 +244,37 @@ TEST_F(BadInputTest, MalformedSignaturesAreInvalidArgument) {
   EXPECT_CODE(LoadWith(*ParseSignature("out,in,in,int32,int32", true), "cuda-ptx"), INVALID_ARGUMENT);
 }
 
+// A message echoes a client's string only in part: a 4 MiB format, parameter name, entry or
+// option comes back as a short message (a whole echo was refused by a default client as
+// oversized metadata, and held by the daemon meanwhile).
+TEST_F(BadInputTest, ErrorMessagesEchoAtMostAShortPrefixOfClientStrings) {
+  const std::string huge(4 << 20, 'x');
+  auto load = [&](const std::function<void(v1::LoadProgramRequest&)>& adjust) {
+    v1::LoadProgramRequest r;
+    r.set_session(session_->id());
+    r.set_format("cpu-c");
+    r.set_code(kAddSource);
+    r.set_entry("add");
+    *r.mutable_signature() = *ParseSignature("out,in,in,int32,int32", true);
+    adjust(r);
+    grpc::ClientContext ctx;
+    v1::LoadProgramReply reply;
+    return stub().LoadProgram(&ctx, r, &reply);
+  };
+  const std::vector<std::pair<const char*, std::function<void(v1::LoadProgramRequest&)>>> cases = {
+      {"format", [&](v1::LoadProgramRequest& r) { r.set_format(huge); }},
+      {"entry", [&](v1::LoadProgramRequest& r) { r.set_entry(huge); }},
+      {"parameter name", [&](v1::LoadProgramRequest& r) { r.mutable_signature()->mutable_params(0)->set_name(huge); }},
+      {"option", [&](v1::LoadProgramRequest& r) { r.add_options(huge); }},
+  };
+  for (const auto& [what, adjust] : cases) {
+    grpc::Status s = load(adjust);
+    EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << what << ": " << s.error_message().substr(0, 200);
+    EXPECT_LT(s.error_message().size(), 1024u) << what;
+    EXPECT_THAT(s.error_message(), HasSubstr("(4194304 bytes)")) << what << ": " << s.error_message().substr(0, 200);
+  }
+}
+
 TEST_F(BadInputTest, ProgramThatDoesNotCompileNamesTheLine) {
   ProgramSpec spec;
   spec.code = "void k(float *x) {\n\n  x[0] = nope;\n}\n";
