@@ -14,6 +14,7 @@ namespace replayd {
 namespace {
 
 constexpr absl::string_view kTempPrefix = ".tmp-";
+constexpr absl::string_view kArtifactSuffix = ".artifact";
 
 // Feeds one length-prefixed field, so that no two different field lists hash alike.
 void Feed(EVP_MD_CTX* ctx, absl::string_view field) {
@@ -49,8 +50,8 @@ std::string CompileKey(const ProgramSource& source, absl::string_view target) {
       absl::string_view(reinterpret_cast<const char*>(digest), len));
 }
 
-absl::StatusOr<std::unique_ptr<CompileCache>> CompileCache::Open(
-    const std::filesystem::path& dir) {
+absl::StatusOr<std::unique_ptr<CompileCache>> CompileCache::Open(const std::filesystem::path& dir,
+                                                                  CompileCacheOptions options) {
   std::error_code ec;
   std::filesystem::create_directories(dir, ec);
   if (ec) return absl::InternalError(absl::StrCat("cannot create ", dir.string(), ": ", ec.message()));
@@ -63,15 +64,63 @@ absl::StatusOr<std::unique_ptr<CompileCache>> CompileCache::Open(
       return absl::FailedPreconditionError(absl::StrCat(
           "compile cache ", dir.string(), " must be owned by this user and not writable by others"));
   }
+  std::unique_ptr<CompileCache> cache(new CompileCache(dir, options));
   auto now = std::filesystem::file_time_type::clock::now();
-  for (const auto& entry : std::filesystem::directory_iterator(dir, ec)) {
-    if (!absl::StartsWith(entry.path().filename().string(), kTempPrefix)) continue;
-    std::error_code ignored;
-    auto written = entry.last_write_time(ignored);
-    if (!ignored && now - written > std::chrono::hours(1))
-      std::filesystem::remove(entry.path(), ignored);
+  {
+    absl::MutexLock lock(&cache->mu_);
+    for (const auto& entry : std::filesystem::directory_iterator(dir, ec)) {
+      const std::string name = entry.path().filename().string();
+      std::error_code ignored;
+      auto written = entry.last_write_time(ignored);
+      if (absl::StartsWith(name, kTempPrefix)) {
+        if (!ignored && now - written > std::chrono::hours(1)) std::filesystem::remove(entry.path(), ignored);
+        continue;
+      }
+      if (!absl::EndsWith(name, kArtifactSuffix) || !entry.is_regular_file(ignored)) continue;
+      const uint64_t bytes = entry.file_size(ignored);
+      cache->entries_[name.substr(0, name.size() - kArtifactSuffix.size())] = {bytes, written};
+      cache->bytes_ += bytes;
+    }
+    cache->Evict();
   }
-  return std::unique_ptr<CompileCache>(new CompileCache(dir));
+  return cache;
+}
+
+CompileCacheStats CompileCache::stats() const {
+  absl::MutexLock lock(&mu_);
+  return {entries_.size(), bytes_, evictions_};
+}
+
+void CompileCache::Touch(const std::string& key, const std::filesystem::path& path, uint64_t bytes) {
+  const auto now = std::filesystem::file_time_type::clock::now();
+  std::error_code ignored;
+  std::filesystem::last_write_time(path, now, ignored);  // the order of use survives a restart
+  absl::MutexLock lock(&mu_);
+  auto [it, inserted] = entries_.try_emplace(key, Entry{bytes, now});
+  if (!inserted) {
+    bytes_ -= it->second.bytes;
+    it->second = {bytes, now};
+  }
+  bytes_ += bytes;
+  Evict();
+}
+
+void CompileCache::Evict() {
+  const auto recent = std::filesystem::file_time_type::clock::now() -
+                      std::chrono::duration_cast<std::filesystem::file_time_type::duration>(
+                          absl::ToChronoNanoseconds(options_.keep_recent));
+  while (bytes_ > options_.max_bytes) {
+    auto oldest = entries_.end();
+    for (auto it = entries_.begin(); it != entries_.end(); ++it)
+      if (it->second.last_use < recent && (oldest == entries_.end() || it->second.last_use < oldest->second.last_use))
+        oldest = it;
+    if (oldest == entries_.end()) return;  // every artifact in recent use: over the bound for now
+    std::error_code ignored;
+    std::filesystem::remove(dir_ / absl::StrCat(oldest->first, kArtifactSuffix), ignored);
+    bytes_ -= oldest->second.bytes;
+    entries_.erase(oldest);
+    ++evictions_;
+  }
 }
 
 std::shared_ptr<absl::Mutex> CompileCache::KeyLock(const std::string& key) {
@@ -90,12 +139,14 @@ absl::StatusOr<CompiledArtifact> CompileCache::GetOrCompile(Device& device,
                                                             const ProgramSource& source) {
   CompiledArtifact artifact;
   artifact.key = CompileKey(source, device.info().target);
-  artifact.path = dir_ / (artifact.key + ".artifact");
+  artifact.path = dir_ / absl::StrCat(artifact.key, kArtifactSuffix);
   std::shared_ptr<absl::Mutex> key_lock = KeyLock(artifact.key);
   absl::MutexLock lock(key_lock.get());
   std::error_code ec;
   if (std::filesystem::is_regular_file(artifact.path, ec)) {
     artifact.cache_hit = true;
+    const uint64_t bytes = std::filesystem::file_size(artifact.path, ec);
+    Touch(artifact.key, artifact.path, ec ? 0 : bytes);
     return artifact;
   }
   std::filesystem::path temp;
@@ -116,12 +167,19 @@ absl::StatusOr<CompiledArtifact> CompileCache::GetOrCompile(Device& device,
     return absl::InternalError(
         absl::StrCat("cannot store artifact ", artifact.path.string(), ": ", ec.message()));
   }
+  const uint64_t bytes = std::filesystem::file_size(artifact.path, ec);
+  Touch(artifact.key, artifact.path, ec ? 0 : bytes);
   return artifact;
 }
 
 void CompileCache::Invalidate(const std::string& key) {
   std::error_code ec;
-  std::filesystem::remove(dir_ / (key + ".artifact"), ec);
+  std::filesystem::remove(dir_ / absl::StrCat(key, kArtifactSuffix), ec);
+  absl::MutexLock lock(&mu_);
+  if (auto it = entries_.find(key); it != entries_.end()) {
+    bytes_ -= it->second.bytes;
+    entries_.erase(it);
+  }
 }
 
 }  // namespace replayd

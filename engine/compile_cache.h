@@ -7,6 +7,11 @@
 // this process they are coalesced; across processes the last rename wins, and both
 // artifacts are equivalent) are safe.
 //
+// The cache is bounded: past `max_bytes` of artifacts the least recently used are
+// removed (their programs stay loaded; a later load compiles them again), except those
+// used within `keep_recent`, so that a load right after its compile finds its file.
+// Use survives restarts through each artifact's modification time.
+//
 // Thread safety: thread-safe.
 #ifndef REPLAYD_ENGINE_COMPILE_CACHE_H_
 #define REPLAYD_ENGINE_COMPILE_CACHE_H_
@@ -33,11 +38,24 @@ struct CompiledArtifact {
   absl::Duration compile_time;  // zero on a hit
 };
 
+struct CompileCacheOptions {
+  uint64_t max_bytes = uint64_t{1} << 30;           // artifacts kept on disk at most
+  absl::Duration keep_recent = absl::Seconds(60);  // never evicted within this of a use
+};
+
+struct CompileCacheStats {
+  size_t artifacts = 0;
+  uint64_t bytes = 0;
+  uint64_t evictions = 0;
+};
+
 class CompileCache {
  public:
-  // Creates `dir` (mode 0700) if needed. Temporary files older than an hour, left by a
-  // crashed compile, are removed.
-  static absl::StatusOr<std::unique_ptr<CompileCache>> Open(const std::filesystem::path& dir);
+  // Creates `dir` (mode 0700) if needed and indexes the artifacts in it. Temporary files
+  // older than an hour, left by a crashed compile, are removed; past the bound, the least
+  // recently used artifacts are.
+  static absl::StatusOr<std::unique_ptr<CompileCache>> Open(const std::filesystem::path& dir,
+                                                            CompileCacheOptions options = {});
 
   // The artifact for `source` on `device`, compiling it on a miss. Compile errors are
   // returned as the device reports them; nothing is cached for them.
@@ -48,13 +66,28 @@ class CompileCache {
   void Invalidate(const std::string& key);
 
   const std::filesystem::path& dir() const { return dir_; }
+  CompileCacheStats stats() const;
 
  private:
-  explicit CompileCache(std::filesystem::path dir) : dir_(std::move(dir)) {}
+  struct Entry {
+    uint64_t bytes = 0;
+    std::filesystem::file_time_type last_use;
+  };
+  CompileCache(std::filesystem::path dir, CompileCacheOptions options)
+      : dir_(std::move(dir)), options_(options) {}
   std::shared_ptr<absl::Mutex> KeyLock(const std::string& key);
+  // Records a use of the artifact `key` of `bytes` (its file's time set to now).
+  void Touch(const std::string& key, const std::filesystem::path& path, uint64_t bytes);
+  // Removes least recently used artifacts, not used within keep_recent, until the cache
+  // is within max_bytes.
+  void Evict() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const std::filesystem::path dir_;
-  absl::Mutex mu_;
+  const CompileCacheOptions options_;
+  mutable absl::Mutex mu_;
+  absl::flat_hash_map<std::string, Entry> entries_ ABSL_GUARDED_BY(mu_);
+  uint64_t bytes_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t evictions_ ABSL_GUARDED_BY(mu_) = 0;
   absl::flat_hash_map<std::string, std::weak_ptr<absl::Mutex>> key_locks_ ABSL_GUARDED_BY(mu_);
   uint64_t temp_counter_ ABSL_GUARDED_BY(mu_) = 0;
 };

@@ -12,7 +12,7 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(
     EngineOptions options, std::vector<std::unique_ptr<Device>> devices) {
   if (options.lease <= absl::ZeroDuration())
     return absl::InvalidArgumentError("lease must be positive");
-  absl::StatusOr<std::unique_ptr<CompileCache>> cache = CompileCache::Open(options.cache_dir);
+  absl::StatusOr<std::unique_ptr<CompileCache>> cache = CompileCache::Open(options.cache_dir, options.compile_cache);
   if (!cache.ok()) return cache.status();
   return std::unique_ptr<Engine>(
       new Engine(std::move(options), std::move(devices), std::move(*cache)));

@@ -31,6 +31,7 @@ namespace replayd {
 struct EngineOptions {
   absl::Duration lease = absl::Seconds(60);
   std::filesystem::path cache_dir;
+  CompileCacheOptions compile_cache;
   GraphCacheOptions graph_cache;  // per tenant and device
   BatchOptions batch;
   SchedulerOptions scheduler;     // per device

@@ -57,8 +57,19 @@ absl::Status CheckFormat(const Tenant& tenant, absl::string_view format) {
   return absl::OkStatus();
 }
 
-Authenticator::Authenticator()
-    : open_tenant_(std::make_shared<const Tenant>(Tenant{"default", {}, {}, true, true, {}})) {}
+namespace {
+
+Tenant DefaultTenant() {
+  Tenant t{"default", {}, {}, /*trusted=*/true, /*admin=*/true, {}};
+  t.limits.quotas[static_cast<size_t>(Resource::kSessions)] = kDefaultTenantSessions;
+  t.limits.quotas[static_cast<size_t>(Resource::kPrograms)] = kDefaultTenantPrograms;
+  t.limits.quotas[static_cast<size_t>(Resource::kGraphs)] = kDefaultTenantGraphs;
+  return t;
+}
+
+}  // namespace
+
+Authenticator::Authenticator() : open_tenant_(std::make_shared<const Tenant>(DefaultTenant())) {}
 
 absl::StatusOr<std::vector<Authenticator::Entry>> Authenticator::Parse(const std::filesystem::path& path) {
   std::ifstream in(path);

@@ -37,9 +37,17 @@ absl::Status CheckDevice(const Tenant& tenant, absl::string_view device);
 // PERMISSION_DENIED unless `tenant` may load programs of `format`; cpu-c needs trusted.
 absl::Status CheckFormat(const Tenant& tenant, absl::string_view format);
 
+// The quotas of the tenant `default`, every caller of a daemon without a tenants file: no
+// memory quota (the devices' memory bounds it), and bounds on the host resources a
+// client could otherwise take without end (each session, program and graph handle holds
+// daemon memory; a program also a loaded module). A tenants file sets its own.
+inline constexpr uint64_t kDefaultTenantSessions = 256;
+inline constexpr uint64_t kDefaultTenantPrograms = 2048;
+inline constexpr uint64_t kDefaultTenantGraphs = 2048;
+
 class Authenticator {
  public:
-  // Every caller is `default`.
+  // Every caller is `default`, with the default quotas above.
   Authenticator();
   // The policies of the tenants file at `path`; INVALID_ARGUMENT naming the line of a
   // parse error, or the entry that is wrong (a bad digest, a name or token used twice).

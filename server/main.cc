@@ -27,6 +27,8 @@ ABSL_FLAG(std::string, hip_device_graph, "auto",
 ABSL_FLAG(uint64_t, hip_staging_bytes, 1 << 20,
           "bytes of each of a HIP session's two pinned staging buffers for writes and reads");
 ABSL_FLAG(std::string, cache_dir, "", "compile cache directory (default $XDG_CACHE_HOME/replayd or ~/.cache/replayd)");
+ABSL_FLAG(uint64_t, cache_max_bytes, uint64_t{1} << 30,
+          "bytes of compiled artifacts the compile cache keeps; past it the least recently used are removed");
 ABSL_FLAG(int, lease_seconds, 60, "a session not renewed within this many seconds is closed");
 ABSL_FLAG(uint64_t, cpu_memory_limit, 0, "bytes of memory cpu:0 may allocate (0: half of RAM)");
 ABSL_FLAG(std::string, cpu_cc, "cc", "C compiler for cpu-c programs");
@@ -105,6 +107,7 @@ int main(int argc, char** argv) {
   options.devices = absl::StrSplit(absl::GetFlag(FLAGS_devices), ',', absl::SkipEmpty());
   std::string cache_dir = absl::GetFlag(FLAGS_cache_dir);
   options.engine.cache_dir = cache_dir.empty() ? DefaultCacheDir() : std::filesystem::path(cache_dir);
+  options.engine.compile_cache.max_bytes = absl::GetFlag(FLAGS_cache_max_bytes);
   options.engine.lease = absl::Seconds(absl::GetFlag(FLAGS_lease_seconds));
   options.cpu.memory_limit = absl::GetFlag(FLAGS_cpu_memory_limit);
   options.cpu.compiler.compiler = absl::GetFlag(FLAGS_cpu_cc);

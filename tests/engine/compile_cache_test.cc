@@ -172,5 +172,67 @@ TEST(CompileCacheTest, TightensAWorldWritableDirectory) {
   EXPECT_EQ(st.st_mode & 0077, 0u);
 }
 
+// A source whose artifact (the fake device writes the code) is `bytes` long.
+ProgramSource SourceOfBytes(char tag, size_t bytes) { return Source(std::string(bytes, tag)); }
+
+bool Stored(const CompileCache& cache, const ProgramSource& s) {
+  return std::filesystem::exists(cache.dir() / (CompileKey(s, "fake-target") + ".artifact"));
+}
+
+TEST(CompileCacheTest, IsBoundedByBytesAndEvictsTheLeastRecentlyUsed) {
+  TempDir dir;
+  CountingDevice device;
+  auto cache = CompileCache::Open(dir.path(), {/*max_bytes=*/3000, /*keep_recent=*/absl::ZeroDuration()});
+  ASSERT_TRUE(cache.ok()) << cache.status();
+  const ProgramSource a = SourceOfBytes('a', 1000), b = SourceOfBytes('b', 1000), c = SourceOfBytes('c', 1000),
+                      d = SourceOfBytes('d', 1000);
+  for (const ProgramSource* s : {&a, &b, &c}) ASSERT_TRUE((*cache)->GetOrCompile(device, *s).ok());
+  std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  auto hit = (*cache)->GetOrCompile(device, a);  // a is now the most recently used
+  ASSERT_TRUE(hit.ok());
+  EXPECT_TRUE(hit->cache_hit);
+  std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  ASSERT_TRUE((*cache)->GetOrCompile(device, d).ok());
+  EXPECT_FALSE(Stored(**cache, b)) << "the least recently used goes";
+  for (const ProgramSource* s : {&a, &c, &d}) EXPECT_TRUE(Stored(**cache, *s));
+  CompileCacheStats stats = (*cache)->stats();
+  EXPECT_EQ(stats.artifacts, 3u);
+  EXPECT_EQ(stats.bytes, 3000u);
+  EXPECT_EQ(stats.evictions, 1u);
+  const int compiles = device.compiles;
+  auto again = (*cache)->GetOrCompile(device, b);
+  ASSERT_TRUE(again.ok());
+  EXPECT_FALSE(again->cache_hit) << "an evicted artifact is compiled again";
+  EXPECT_EQ(device.compiles, compiles + 1);
+}
+
+TEST(CompileCacheTest, ArtifactsInRecentUseStayPastTheBound) {
+  TempDir dir;
+  CountingDevice device;
+  auto cache = CompileCache::Open(dir.path(), {/*max_bytes=*/1500, /*keep_recent=*/absl::Hours(1)});
+  ASSERT_TRUE(cache.ok()) << cache.status();
+  for (char tag : {'a', 'b', 'c'}) ASSERT_TRUE((*cache)->GetOrCompile(device, SourceOfBytes(tag, 1000)).ok());
+  EXPECT_EQ((*cache)->stats().evictions, 0u) << "a load right after its compile must find its file";
+  EXPECT_EQ((*cache)->stats().bytes, 3000u);
+}
+
+TEST(CompileCacheTest, AReopenedCacheIndexesItsArtifactsAndKeepsTheBound) {
+  TempDir dir;
+  CountingDevice device;
+  {
+    auto cache = CompileCache::Open(dir.path());
+    ASSERT_TRUE(cache.ok());
+    for (char tag : {'a', 'b', 'c'}) {
+      ASSERT_TRUE((*cache)->GetOrCompile(device, SourceOfBytes(tag, 1000)).ok());
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+  }
+  auto reopened = CompileCache::Open(dir.path(), {/*max_bytes=*/1500, /*keep_recent=*/absl::ZeroDuration()});
+  ASSERT_TRUE(reopened.ok()) << reopened.status();
+  EXPECT_EQ((*reopened)->stats().artifacts, 1u);
+  EXPECT_EQ((*reopened)->stats().evictions, 2u);
+  EXPECT_TRUE(Stored(**reopened, SourceOfBytes('c', 1000))) << "the most recently used stays";
+}
+
 }  // namespace
 }  // namespace replayd

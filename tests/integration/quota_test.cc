@@ -282,5 +282,24 @@ TEST_F(QuotaTest, BackloggedTenantsShareTheDeviceByWeight) {
   EXPECT_LT(ratio, 4.5) << heavy << " us vs " << light << " us";
 }
 
+// Without a tenants file every caller is the tenant default, whose sessions, programs and
+// graph handles are bounded too: a client cannot open sessions without end.
+class DefaultTenantTest : public DaemonFixture {};
+
+TEST_F(DefaultTenantTest, HasBoundedSessions) {
+  std::vector<Session> sessions;
+  for (uint64_t i = 0; i < kDefaultTenantSessions; ++i) {
+    auto s = client().OpenSession("cpu:0");
+    ASSERT_TRUE(s.ok()) << i << ": " << s.status();
+    sessions.push_back(std::move(*s));
+  }
+  auto refused = client().OpenSession("cpu:0");
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kResourceExhausted) << refused.status();
+  EXPECT_THAT(std::string(refused.status().message()), HasSubstr("tenant default: sessions quota of 256"));
+  sessions.pop_back();  // closes one
+  auto again = client().OpenSession("cpu:0");
+  EXPECT_TRUE(again.ok()) << again.status();
+}
+
 }  // namespace
 }  // namespace replayd::client
