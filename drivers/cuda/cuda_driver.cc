@@ -286,23 +286,31 @@ class CudaGraph : public DeviceGraph {
 
   absl::Status Update(size_t node, std::span<const ArgValue> args, const Dim3& global, const Dim3& local) override {
     Node& n = nodes_[node];
+    // What the node holds is recorded only once the driver has taken it: after a failed
+    // update the next one is sent again, not skipped as unchanged.
     if (!n.params) {
       if (n.copy[0] == args[0].address && n.copy[1] == args[1].address) return absl::OkStatus();
       if (absl::Status s = context_->Bind(); !s.ok()) return s;
-      n.copy[0] = args[0].address;
-      n.copy[1] = args[1].address;
-      CUDA_MEMCPY3D p = CopyParams(n.copy[0], n.copy[1], n.copy[2]);
-      return context_->Check(context_->cu().cuGraphExecMemcpyNodeSetParams(exec_, n.node, &p, context_->ctx()),
-                             "cuGraphExecMemcpyNodeSetParams");
+      CUDA_MEMCPY3D p = CopyParams(args[0].address, args[1].address, n.copy[2]);
+      absl::Status s = context_->Check(
+          context_->cu().cuGraphExecMemcpyNodeSetParams(exec_, n.node, &p, context_->ctx()),
+          "cuGraphExecMemcpyNodeSetParams");
+      if (s.ok()) n.copy = {args[0].address, args[1].address, n.copy[2]};
+      return s;
     }
-    const bool changed = n.params->Pack(args) || n.global != global || n.local != local;
+    const bool changed = n.params->Pack(args) || n.stale || n.global != global || n.local != local;
     if (!changed) return absl::OkStatus();  // the instantiated node already has these values
+    n.stale = true;  // the packed block now differs from the node until the driver takes it
     if (absl::Status s = context_->Bind(); !s.ok()) return s;
-    n.global = global;
-    n.local = local;
     CUDA_KERNEL_NODE_PARAMS p = NodeParams(n.function, global, local, *n.params);
-    return context_->Check(context_->cu().cuGraphExecKernelNodeSetParams(exec_, n.node, &p),
-                           "cuGraphExecKernelNodeSetParams");
+    absl::Status s = context_->Check(context_->cu().cuGraphExecKernelNodeSetParams(exec_, n.node, &p),
+                                     "cuGraphExecKernelNodeSetParams");
+    if (s.ok()) {
+      n.global = global;
+      n.local = local;
+      n.stale = false;
+    }
+    return s;
   }
 
   absl::StatusOr<std::optional<absl::Duration>> Launch(bool wait) override {
@@ -315,6 +323,7 @@ class CudaGraph : public DeviceGraph {
     CUgraphNode node = nullptr;
     std::unique_ptr<KernelParams> params;  // heap: the node's kernelParams point into it; null: a copy
     Dim3 global, local;                    // as the instantiated node has them
+    bool stale = false;                    // params packed that the node has not taken
     std::array<uint64_t, 3> copy{};        // a copy's destination, source and bytes
   };
   CudaContext* const context_;

@@ -263,25 +263,33 @@ class HipBatch : public DeviceGraph {
 
   absl::Status Update(size_t node, std::span<const ArgValue> args, const Dim3& global, const Dim3& local) override {
     Node& n = nodes_[node];
+    // In graph form a node the driver has not taken stays stale: the next update sends it
+    // again instead of skipping it as unchanged.
     if (!n.params) {
-      const bool moved = n.copy[0] != args[0].address || n.copy[1] != args[1].address;
+      const bool moved = n.copy[0] != args[0].address || n.copy[1] != args[1].address || n.stale;
       n.copy[0] = args[0].address;
       n.copy[1] = args[1].address;
       if (!exec_ || !moved) return absl::OkStatus();
+      n.stale = true;
       if (absl::Status s = context_->Bind(); !s.ok()) return s;
-      return context_->Check(
+      absl::Status s = context_->Check(
           context_->hip().hipGraphExecMemcpyNodeSetParams1D(exec_, n.node, Address(n.copy[0]), Address(n.copy[1]),
                                                             n.copy[2], hipMemcpyDeviceToDevice),
           "hipGraphExecMemcpyNodeSetParams1D");
+      n.stale = !s.ok();
+      return s;
     }
-    const bool changed = n.params->Pack(args) || n.global != global || n.local != local;
+    const bool changed = n.params->Pack(args) || n.stale || n.global != global || n.local != local;
     n.global = global;
     n.local = local;
     if (!exec_ || !changed) return absl::OkStatus();
+    n.stale = true;
     if (absl::Status s = context_->Bind(); !s.ok()) return s;
     hipKernelNodeParams p = Params(n);
-    return context_->Check(context_->hip().hipGraphExecKernelNodeSetParams(exec_, n.node, &p),
-                           "hipGraphExecKernelNodeSetParams");
+    absl::Status s = context_->Check(context_->hip().hipGraphExecKernelNodeSetParams(exec_, n.node, &p),
+                                     "hipGraphExecKernelNodeSetParams");
+    n.stale = !s.ok();
+    return s;
   }
 
   absl::StatusOr<std::optional<absl::Duration>> Launch(bool wait) override {
@@ -302,6 +310,7 @@ class HipBatch : public DeviceGraph {
     hipFunction_t function = nullptr;
     std::unique_ptr<KernelParams> params;  // null: a copy
     Dim3 global, local;
+    bool stale = false;  // graph form: values the instantiated node has not taken
     hipGraphNode_t node = nullptr;
     std::array<uint64_t, 3> copy{};  // a copy's destination, source and bytes
   };

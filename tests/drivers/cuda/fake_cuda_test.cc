@@ -1,0 +1,551 @@
+// The CUDA driver against a fake libcuda.so.1 (tests/support/fake_cuda), loaded as the
+// daemon loads NVIDIA's: the CudaDriver and a daemon on loopback run for real over a
+// library as strict as the driver was on an H200 where replayd depends on it, so the
+// mistakes that only a GPU showed (a memcpy node on address 0, a context pushed and never
+// popped, a kernel fault that poisons every CUDA context of the process) fail here.
+//
+// ctest runs it with LD_LIBRARY_PATH set to the fake's folder. By hand, from the build
+// folder:
+//   LD_LIBRARY_PATH=$PWD/tests/support/fake_cuda tests/fake_cuda_test
+// Without the fake on the loader's path (NVIDIA's driver or none), every case skips.
+//
+// A kernel fault is recorded for the whole process (CudaLibrary::RecordStickyFault), and
+// no reset of the fake undoes that: only the FakeCudaFaultTest cases fault, they come
+// last in a run, and only the first of them in a process runs. ctest runs each case in a
+// process of its own.
+#include <dlfcn.h>
+#include <gmock/gmock.h>
+
+#include <cstring>
+#include <numeric>
+
+#include "drivers/cuda/cuda_driver.h"
+#include "drivers/cuda/cuda_library.h"
+#include "drivers/cuda/nvrtc.h"
+#include "tests/integration/daemon_fixture.h"
+#include "tests/support/fake_cuda/fake_cuda.h"
+#include "tests/support/status_macros.h"
+
+namespace replayd::client {
+namespace {
+
+using ::testing::Contains;
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+using ::testing::Not;
+
+// The fake's test hooks, found in the libcuda.so.1 that the driver loaded.
+struct FakeCuda {
+  decltype(&fake_cuda_reset) reset = nullptr;
+  decltype(&fake_cuda_context_stack_depth) stack_depth = nullptr;
+  decltype(&fake_cuda_count) count = nullptr;
+  decltype(&cuGetProcAddress_v2) get_proc_address = nullptr;
+};
+
+// The hooks; UNAVAILABLE saying why when the library the driver loads is not the fake.
+absl::StatusOr<FakeCuda> FindFake() {
+  constexpr char kHow[] = "run with LD_LIBRARY_PATH=<build>/tests/support/fake_cuda (ctest does)";
+  absl::StatusOr<std::unique_ptr<CudaLibrary>> loaded = CudaLibrary::Load();
+  if (!loaded.ok()) return absl::UnavailableError(absl::StrCat(loaded.status().message(), "; ", kHow));
+  // The library Load opened stays loaded for the life of the process, as does this handle.
+  void* handle = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
+  FakeCuda fake;
+  if (handle) {
+    fake.reset = reinterpret_cast<decltype(fake.reset)>(dlsym(handle, "fake_cuda_reset"));
+    fake.stack_depth = reinterpret_cast<decltype(fake.stack_depth)>(dlsym(handle, "fake_cuda_context_stack_depth"));
+    fake.count = reinterpret_cast<decltype(fake.count)>(dlsym(handle, "fake_cuda_count"));
+    fake.get_proc_address = reinterpret_cast<decltype(fake.get_proc_address)>(dlsym(handle, "cuGetProcAddress_v2"));
+  }
+  if (!fake.reset || !fake.stack_depth || !fake.count || !fake.get_proc_address)
+    return absl::UnavailableError(absl::StrCat("the libcuda.so.1 loaded is NVIDIA's driver, not the fake; ", kHow));
+  return fake;
+}
+
+constexpr int64_t kN = 256;  // floats per buffer
+
+std::vector<float> Iota(size_t n, float from) {
+  std::vector<float> v(n);
+  std::iota(v.begin(), v.end(), from);
+  return v;
+}
+
+std::vector<uint8_t> Bytes(const std::vector<float>& v) {
+  std::vector<uint8_t> b(v.size() * 4);
+  std::memcpy(b.data(), v.data(), b.size());
+  return b;
+}
+
+std::vector<float> Floats(const std::string& bytes) {
+  std::vector<float> v(bytes.size() / 4);
+  std::memcpy(v.data(), bytes.data(), v.size() * 4);
+  return v;
+}
+
+// A 1D device-to-device copy as the driver describes a copy node.
+CUDA_MEMCPY3D Copy3D(CUdeviceptr dst, CUdeviceptr src, size_t bytes) {
+  CUDA_MEMCPY3D p;
+  std::memset(&p, 0, sizeof p);
+  p.srcMemoryType = p.dstMemoryType = CU_MEMORYTYPE_DEVICE;
+  p.srcDevice = src;
+  p.dstDevice = dst;
+  p.srcPitch = p.dstPitch = p.WidthInBytes = bytes;
+  p.srcHeight = p.dstHeight = p.Height = p.Depth = 1;
+  return p;
+}
+
+// The kinds of object the fake counts, each of which its owner must release.
+constexpr const char* kObjects[] = {"contexts", "allocations", "host_allocations", "streams",
+                                    "events",   "modules",     "graphs",           "graph_execs"};
+
+class FakeCudaDriverTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    absl::StatusOr<FakeCuda> fake = FindFake();
+    if (!fake.ok()) GTEST_SKIP() << fake.status().message();
+    fake_ = *fake;
+    fake_.reset();
+  }
+
+  // The one device the fake serves, through a CudaDriver with `policy`.
+  std::unique_ptr<Device> Discover(CudaContextPolicy policy) {
+    CudaDriverOptions options;
+    options.context = policy;
+    CudaDriver driver(options);
+    std::vector<std::unique_ptr<Device>> devices = driver.Discover();
+    EXPECT_EQ(devices.size(), 1u) << driver.unavailable();
+    return devices.empty() ? nullptr : std::move(devices[0]);
+  }
+
+  void ExpectNothingLeft() {
+    for (const char* what : kObjects) EXPECT_EQ(fake_.count(what), 0) << what;
+    EXPECT_EQ(fake_.count("reclaimed"), 0) << "objects freed only because their context ended";
+  }
+
+  FakeCuda fake_;
+};
+
+TEST_F(FakeCudaDriverTest, DiscoveryFindsTheFakeDeviceWithItsNameMemoryAndLimits) {
+  CudaDriver driver({});
+  std::vector<std::unique_ptr<Device>> devices = driver.Discover();
+  ASSERT_EQ(devices.size(), 1u) << driver.unavailable();
+  const DeviceInfo& info = devices[0]->info();
+  EXPECT_EQ(info.id, "cuda:0");
+  EXPECT_EQ(info.kind, DeviceKind::kCuda);
+  EXPECT_EQ(info.name, "Fake H200");
+  EXPECT_EQ(info.total_memory, uint64_t{1} << 30);
+  EXPECT_EQ(info.architecture, "sm_90");
+  EXPECT_EQ(info.driver_version, absl::StrCat("CUDA ", CUDA_VERSION / 1000, ".", CUDA_VERSION % 1000 / 10, " driver"));
+  EXPECT_THAT(info.limits.max_global, ElementsAre(2147483647u, 65535u, 65535u));
+  EXPECT_EQ(info.limits.max_global_total, uint64_t{2147483647} * 65535 * 65535);
+  EXPECT_THAT(info.limits.max_local, ElementsAre(1024u, 1024u, 64u));
+  EXPECT_EQ(info.limits.max_local_total, 1024u);
+  EXPECT_THAT(info.formats, Contains("cuda-ptx"));
+  EXPECT_THAT(info.formats, Contains("cuda-cubin"));
+  if (Nvrtc::Load().ok()) {
+    EXPECT_THAT(info.formats, Contains("cuda-c"));
+    EXPECT_EQ(driver.cuda_c_unavailable(), "");
+  } else {
+    EXPECT_THAT(info.formats, Not(Contains("cuda-c")));
+  }
+}
+
+// cuCtxCreate pushes the context it creates on the calling thread's stack; every use then
+// binds with cuCtxSetCurrent, which replaces the top (or pushes onto an empty stack). So
+// the first context a thread uses leaves it one deep, and no later one may deepen it: a
+// push without its pop would leave one more context on the thread per session.
+TEST_F(FakeCudaDriverTest, OpeningAndClosingContextsLeavesTheThreadsContextStackAsItWas) {
+  for (CudaContextPolicy policy : {CudaContextPolicy::kSession, CudaContextPolicy::kPrimary}) {
+    SCOPED_TRACE(policy == CudaContextPolicy::kSession ? "session contexts" : "the primary context");
+    fake_.reset();
+    std::unique_ptr<Device> device = Discover(policy);
+    ASSERT_NE(device, nullptr);
+    ASSERT_EQ(fake_.stack_depth(), 0);
+    {
+      ASSERT_OK_AND_ASSIGN(std::unique_ptr<Context> first, device->OpenContext());
+      EXPECT_EQ(fake_.stack_depth(), 1);
+    }
+    const int depth = fake_.stack_depth();
+    EXPECT_LE(depth, 1);
+    for (int i = 0; i < 3; ++i) {
+      ASSERT_OK_AND_ASSIGN(std::unique_ptr<Context> c, device->OpenContext());
+      ASSERT_OK_AND_ASSIGN(Allocation a, c->Allocate(64));
+      c->Free(a);
+    }
+    EXPECT_EQ(fake_.stack_depth(), depth) << "after opening and closing three contexts one by one";
+    std::vector<std::unique_ptr<Context>> open;
+    for (int i = 0; i < 3; ++i) {
+      ASSERT_OK_AND_ASSIGN(std::unique_ptr<Context> c, device->OpenContext());
+      open.push_back(std::move(c));
+      EXPECT_EQ(fake_.stack_depth(), 1) << "with " << open.size() << " contexts open";
+    }
+    open.clear();
+    EXPECT_EQ(fake_.stack_depth(), depth) << "after closing three contexts open together";
+    device.reset();
+    ExpectNothingLeft();
+  }
+}
+
+// Memory starts zeroed (the fake's holds garbage until the driver clears it); writes,
+// reads and copies go through the staging buffers; a device graph of copy nodes is
+// retargeted by Update and launched.
+TEST_F(FakeCudaDriverTest, TransfersCopiesAndCopyNodesMoveTheRightBytes) {
+  std::unique_ptr<Device> device = Discover(CudaContextPolicy::kSession);
+  ASSERT_NE(device, nullptr);
+  {
+    ASSERT_OK_AND_ASSIGN(std::unique_ptr<Context> c, device->OpenContext());
+    constexpr uint64_t kBytes = kN * 4;
+    ASSERT_OK_AND_ASSIGN(Allocation a, c->Allocate(kBytes));
+    ASSERT_OK_AND_ASSIGN(Allocation b, c->Allocate(kBytes));
+    ASSERT_OK_AND_ASSIGN(Allocation d, c->Allocate(kBytes));
+    std::vector<uint8_t> got(kBytes, 0xff);
+    ASSERT_TRUE(c->Read(b, 0, got).ok());
+    EXPECT_EQ(got, std::vector<uint8_t>(kBytes, 0));
+    const std::vector<uint8_t> pattern = Bytes(Iota(kN, 1));
+    ASSERT_TRUE(c->Write(a, 0, pattern).ok());
+    ASSERT_TRUE(c->Copy(b, 16, a, 0, kBytes - 16).ok());
+    ASSERT_TRUE(c->Synchronize().ok());
+    ASSERT_TRUE(c->Read(b, 16, std::span(got).first(kBytes - 16)).ok());
+    got.resize(kBytes - 16);
+    EXPECT_EQ(got, std::vector<uint8_t>(pattern.begin(), pattern.end() - 16));
+
+    // a -> b -> d, ordered by an edge.
+    std::vector<GraphNode> nodes(2);
+    nodes[0].args = {ArgValue{.address = b.address}, ArgValue{.address = a.address}};
+    nodes[1].args = {ArgValue{.address = d.address}, ArgValue{.address = b.address}};
+    nodes[0].copy_bytes = nodes[1].copy_bytes = kBytes;
+    const std::pair<size_t, size_t> edges[] = {{0, 1}};
+    ASSERT_OK_AND_ASSIGN(std::unique_ptr<DeviceGraph> graph, c->Instantiate(nodes, edges));
+    ASSERT_TRUE(graph->Launch(/*wait=*/true).ok());
+    std::vector<uint8_t> out(kBytes);
+    ASSERT_TRUE(c->Read(d, 0, out).ok());
+    EXPECT_EQ(out, pattern);
+    // Retargeted: d -> b -> a, with fresh bytes in d.
+    ASSERT_TRUE(c->Write(d, 0, Bytes(Iota(kN, 500))).ok());
+    ASSERT_TRUE(graph->Update(0, std::vector<ArgValue>{{.address = b.address}, {.address = d.address}}, {}, {}).ok());
+    ASSERT_TRUE(graph->Update(1, std::vector<ArgValue>{{.address = a.address}, {.address = b.address}}, {}, {}).ok());
+    ASSERT_TRUE(graph->Launch(/*wait=*/true).ok());
+    ASSERT_TRUE(c->Read(a, 0, out).ok());
+    EXPECT_EQ(out, Bytes(Iota(kN, 500)));
+    graph.reset();
+    for (const Allocation& x : {a, b, d}) c->Free(x);
+  }
+  device.reset();
+  ExpectNothingLeft();
+}
+
+// The fake itself, through the entry points the driver resolves: cuCtxCreate pushes, and
+// a memcpy node must lie in live allocations of its context, at creation and when
+// retargeted, as the driver demands.
+TEST_F(FakeCudaDriverTest, TheFakeRefusesAMemcpyNodeOffItsContextsAllocations) {
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<CudaLibrary> cu, CudaLibrary::Load());
+  void* fn = nullptr;
+  CUdriverProcAddressQueryResult found = CU_GET_PROC_ADDRESS_SUCCESS;
+  EXPECT_EQ(fake_.get_proc_address("cuNoSuchEntry", &fn, CUDA_VERSION, CU_GET_PROC_ADDRESS_DEFAULT, &found),
+            CUDA_ERROR_NOT_FOUND);
+  EXPECT_EQ(found, CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND);
+
+  CUcontext ctx = nullptr, other = nullptr, popped = nullptr;
+  ASSERT_EQ(cu->cuCtxCreate(&ctx, nullptr, 0, 0), CUDA_SUCCESS);
+  EXPECT_EQ(fake_.stack_depth(), 1) << "cuCtxCreate pushes";
+  ASSERT_EQ(cu->cuCtxCreate(&other, nullptr, 0, 0), CUDA_SUCCESS);
+  EXPECT_EQ(fake_.stack_depth(), 2);
+  CUdeviceptr theirs = 0, a = 0, b = 0;
+  ASSERT_EQ(cu->cuMemAlloc(&theirs, 256), CUDA_SUCCESS);  // in `other`, current
+  ASSERT_EQ(cu->cuCtxPopCurrent(&popped), CUDA_SUCCESS);
+  EXPECT_EQ(popped, other);
+  ASSERT_EQ(cu->cuMemAlloc(&a, 256), CUDA_SUCCESS);
+  ASSERT_EQ(cu->cuMemAlloc(&b, 256), CUDA_SUCCESS);
+  const std::vector<uint8_t> pattern = Bytes(Iota(64, 7));
+  ASSERT_EQ(cu->cuMemcpyHtoDAsync(a, pattern.data(), 256, nullptr), CUDA_SUCCESS);
+  EXPECT_EQ(cu->cuMemcpyHtoDAsync(a + 8, pattern.data(), 256, nullptr), CUDA_ERROR_INVALID_VALUE)
+      << "past the end of its allocation";
+
+  CUgraph graph = nullptr;
+  ASSERT_EQ(cu->cuGraphCreate(&graph, 0), CUDA_SUCCESS);
+  CUgraphNode node = nullptr;
+  struct Refused {
+    const char* what;
+    CUDA_MEMCPY3D copy;
+  };
+  const Refused refused[] = {{"destination 0", Copy3D(0, a, 256)},
+                             {"source 0", Copy3D(b, 0, 256)},
+                             {"past the source", Copy3D(b, a, 257)},
+                             {"past the destination", Copy3D(b + 8, a, 256)},
+                             {"another context's memory", Copy3D(theirs, a, 256)}};
+  for (const Refused& r : refused)
+    EXPECT_EQ(cu->cuGraphAddMemcpyNode(&node, graph, nullptr, 0, &r.copy, ctx), CUDA_ERROR_INVALID_VALUE) << r.what;
+  const CUDA_MEMCPY3D good = Copy3D(b, a, 256);
+  ASSERT_EQ(cu->cuGraphAddMemcpyNode(&node, graph, nullptr, 0, &good, ctx), CUDA_SUCCESS);
+  CUgraphExec exec = nullptr;
+  ASSERT_EQ(cu->cuGraphInstantiateWithFlags(&exec, graph, 0), CUDA_SUCCESS);
+  const CUDA_MEMCPY3D to_zero = Copy3D(0, a, 256);
+  EXPECT_EQ(cu->cuGraphExecMemcpyNodeSetParams(exec, node, &to_zero, ctx), CUDA_ERROR_INVALID_VALUE);
+  ASSERT_EQ(cu->cuGraphLaunch(exec, nullptr), CUDA_SUCCESS);
+  std::vector<uint8_t> got(256);
+  ASSERT_EQ(cu->cuMemcpyDtoHAsync(got.data(), b, 256, nullptr), CUDA_SUCCESS);
+  EXPECT_EQ(got, pattern);
+
+  EXPECT_EQ(cu->cuGraphExecDestroy(exec), CUDA_SUCCESS);
+  EXPECT_EQ(cu->cuGraphDestroy(graph), CUDA_SUCCESS);
+  for (CUdeviceptr p : {theirs, a, b}) EXPECT_EQ(cu->cuMemFree(p), CUDA_SUCCESS);
+  EXPECT_EQ(cu->cuCtxDestroy(ctx), CUDA_SUCCESS);
+  EXPECT_EQ(fake_.stack_depth(), 0) << "cuCtxDestroy pops the current context";
+  EXPECT_EQ(cu->cuCtxDestroy(other), CUDA_SUCCESS);
+  ExpectNothingLeft();
+}
+
+// The daemon's CUDA context policy, named for test names.
+struct Policy {
+  CudaContextPolicy context;
+  const char* name;
+};
+void PrintTo(const Policy& p, std::ostream* os) { *os << p.name; }
+const auto kPolicies = ::testing::Values(Policy{CudaContextPolicy::kSession, "session"},
+                                         Policy{CudaContextPolicy::kPrimary, "primary"});
+std::string PolicyName(const ::testing::TestParamInfo<Policy>& info) { return info.param.name; }
+
+// A daemon on loopback serving cpu:0 and the fake's cuda:0, its CUDA contexts as the
+// parameter says.
+class FakeCudaDaemonTest : public DaemonFixture, public ::testing::WithParamInterface<Policy> {
+ protected:
+  void SetUp() override {
+    absl::StatusOr<FakeCuda> fake = FindFake();
+    if (!fake.ok()) GTEST_SKIP() << fake.status().message();
+    fake_ = *fake;
+    if (absl::Status s = CudaLibrary::sticky_fault(); !s.ok())
+      GTEST_SKIP() << "an earlier case of this process faulted, which ends CUDA service for the process: " << s;
+    fake_.reset();
+    Options options;
+    options.adjust = [this](DaemonOptions& d) {
+      d.devices = {"cpu", "cuda"};
+      d.cuda.context = GetParam().context;
+    };
+    Start(options);
+    if (HasFatalFailure()) return;
+    auto session = client_->OpenSession("cuda:0");
+    ASSERT_TRUE(session.ok()) << session.status();
+    session_ = std::make_unique<Session>(std::move(*session));
+  }
+
+  Buffer Alloc(uint64_t bytes) {
+    auto b = session_->Alloc(bytes);
+    EXPECT_TRUE(b.ok()) << b.status();
+    return b.ok() ? std::move(*b) : Buffer();
+  }
+
+  // Ends the session and the daemon; the fake must hold nothing that the driver did not
+  // release itself.
+  void ExpectTheDaemonLeftNothing() {
+    ASSERT_TRUE(session_->Close().ok());
+    session_.reset();
+    client_.reset();
+    daemon_.reset();
+    for (const char* what : kObjects) EXPECT_EQ(fake_.count(what), 0) << what;
+    EXPECT_EQ(fake_.count("reclaimed"), 0) << "objects freed only because their context ended";
+  }
+
+  FakeCuda fake_;
+  std::unique_ptr<Session> session_;
+};
+
+// Copies on every kind of slot, defined explicitly, with no kernel (kernels do not run in
+// the fake): parameter to internal, internal to internal, internal to a parameter at an
+// offset, constant to parameter, parameter to parameter. Every copy is a memcpy node of
+// one CUDA graph that the fake checks against the context's live allocations at
+// creation, at each retargeting and at each launch. Replayed on fresh buffers, twice.
+TEST_P(FakeCudaDaemonTest, ACopyGraphOnParametersInternalsAndConstantsReplaysOnFreshBuffers) {
+  {
+    Buffer weights = Alloc(kN * 4);
+    ASSERT_TRUE(session_->WriteVector(weights, Iota(kN, 1000)).ok());
+    v1::GraphDef def;
+    enum Slot : uint32_t { kIn, kOut, kOut2, kT, kU, kC };
+    auto slot = [&](v1::Slot::Kind kind, uint64_t bytes) {
+      auto* s = def.add_slots();
+      s->set_kind(kind);
+      s->set_bytes(bytes);
+      return s;
+    };
+    slot(v1::Slot::PARAMETER, kN * 4);
+    slot(v1::Slot::PARAMETER, 2 * kN * 4);
+    slot(v1::Slot::PARAMETER, kN * 4);
+    slot(v1::Slot::INTERNAL, kN * 4);
+    slot(v1::Slot::INTERNAL, kN * 4);
+    slot(v1::Slot::CONSTANT, kN * 4)->set_buffer(weights.handle());
+    auto copy = [&](uint32_t dst, uint64_t dst_offset, uint32_t src) {
+      auto* c = def.add_calls()->mutable_copy();
+      c->mutable_dst()->set_slot(dst);
+      c->mutable_dst()->set_offset(dst_offset);
+      c->mutable_dst()->set_length(kN * 4);
+      c->mutable_src()->set_slot(src);
+      c->mutable_src()->set_length(kN * 4);
+    };
+    copy(kT, 0, kIn);        // parameter -> internal
+    copy(kU, 0, kT);         // internal -> internal
+    copy(kOut, kN * 4, kU);  // internal -> parameter, at an offset
+    copy(kOut, 0, kC);       // constant -> parameter
+    copy(kOut2, 0, kIn);     // parameter -> parameter
+    ASSERT_OK_AND_ASSIGN(Graph graph, session_->DefineGraph(def));
+    EXPECT_EQ(graph.info().calls(), 5u);
+    EXPECT_EQ(graph.info().batches(), 1u) << "every copy a node of one CUDA graph";
+    for (float seed : {1.0f, 5000.0f}) {
+      Buffer in = Alloc(kN * 4), out = Alloc(2 * kN * 4), out2 = Alloc(kN * 4);
+      ASSERT_TRUE(session_->WriteVector(in, Iota(kN, seed)).ok());
+      ASSERT_OK_AND_ASSIGN(ReplayResult r,
+                           session_->Replay(graph, {&in, &out, &out2}, /*wait=*/true, {View{&out}, View{&out2}}));
+      ASSERT_EQ(r.reads.size(), 2u);
+      std::vector<float> want = Iota(kN, 1000);
+      const std::vector<float> in_values = Iota(kN, seed);
+      want.insert(want.end(), in_values.begin(), in_values.end());
+      EXPECT_EQ(Floats(r.reads[0]), want) << "seed " << seed;
+      EXPECT_EQ(Floats(r.reads[1]), in_values) << "seed " << seed;
+    }
+  }
+  ExpectTheDaemonLeftNothing();
+}
+
+// The same kind of graph from a capture: a buffer made and dropped inside it becomes an
+// internal, the weights a constant.
+TEST_P(FakeCudaDaemonTest, ACapturedCopyChainReplaysOnFreshBuffers) {
+  {
+    Buffer in = Alloc(kN * 4), out = Alloc(2 * kN * 4), weights = Alloc(kN * 4);
+    ASSERT_TRUE(session_->WriteVector(weights, Iota(kN, 100)).ok());
+    ASSERT_TRUE(session_->WriteVector(in, Iota(kN, 0)).ok());
+    ASSERT_TRUE(session_->BeginCapture({&in}, {}).ok());
+    {
+      Buffer t = Alloc(kN * 4);
+      ASSERT_TRUE(session_->Copy(View{&t}, View{&in}).ok());
+      ASSERT_TRUE(session_->Copy(View{&out, kN * 4, kN * 4}, View{&t}).ok());
+      ASSERT_TRUE(session_->Copy(View{&out, 0, kN * 4}, View{&weights}).ok());
+    }
+    ASSERT_OK_AND_ASSIGN(Graph graph, session_->EndCapture({&out}));
+    EXPECT_EQ(graph.info().calls(), 3u);
+    EXPECT_EQ(graph.info().arena_bytes(), kN * 4u) << "t became an internal";
+    for (float seed : {3.0f, 77.0f}) {
+      Buffer fresh_in = Alloc(kN * 4), fresh_out = Alloc(2 * kN * 4);
+      ASSERT_TRUE(session_->WriteVector(fresh_in, Iota(kN, seed)).ok());
+      ASSERT_OK_AND_ASSIGN(ReplayResult r, session_->Replay(graph, {&fresh_in, &fresh_out}, true, {View{&fresh_out}}));
+      std::vector<float> want = Iota(kN, 100);
+      const std::vector<float> in_values = Iota(kN, seed);
+      want.insert(want.end(), in_values.begin(), in_values.end());
+      ASSERT_EQ(r.reads.size(), 1u);
+      EXPECT_EQ(Floats(r.reads[0]), want) << "seed " << seed;
+    }
+  }
+  ExpectTheDaemonLeftNothing();
+}
+
+constexpr char kAddSourceCuda[] = R"(
+extern "C" __global__ void add(float *out, const float *a, const float *b, int n) {
+  int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < n) out[i] = a[i] + b[i];
+}
+)";
+
+// cuda-c compiled by the daemon, PTX and a cubin compiled by the client, each loaded by
+// the fake and launched (the kernel does not run); a cubin for another architecture is
+// refused with the loader's log; a captured launch becomes a kernel node retargeted at
+// each replay.
+TEST_P(FakeCudaDaemonTest, ProgramsInEveryCudaFormatLoadLaunchAndReplay) {
+  absl::StatusOr<std::unique_ptr<Nvrtc>> nvrtc = Nvrtc::Load();
+  if (!nvrtc.ok()) GTEST_SKIP() << "no NVRTC: " << nvrtc.status();
+  {
+    const v1::Signature signature = *ParseSignature("out,in,in,int32");
+    ASSERT_OK_AND_ASSIGN(NvrtcModule ptx, (*nvrtc)->Compile(kAddSourceCuda, "add", "sm_90", {}, NvrtcOutput::kPtx));
+    ASSERT_OK_AND_ASSIGN(NvrtcModule cubin,
+                         (*nvrtc)->Compile(kAddSourceCuda, "add", "sm_90", {}, NvrtcOutput::kCubin));
+    ASSERT_OK_AND_ASSIGN(NvrtcModule ampere,
+                         (*nvrtc)->Compile(kAddSourceCuda, "add", "sm_80", {}, NvrtcOutput::kCubin));
+    Buffer a = Alloc(kN * 4), b = Alloc(kN * 4), out = Alloc(kN * 4);
+    std::vector<Program> programs;
+    for (const ProgramSpec& spec : {ProgramSpec{"cuda-c", kAddSourceCuda, "add", signature, {}},
+                                    ProgramSpec{"cuda-ptx", ptx.image, "add", signature, {}},
+                                    ProgramSpec{"cuda-cubin", cubin.image, "add", signature, {}}}) {
+      SCOPED_TRACE(spec.format);
+      ASSERT_OK_AND_ASSIGN(Program p, session_->Load(spec));
+      ASSERT_OK_AND_ASSIGN(v1::LaunchReply launched,
+                           session_->Launch(p, {View{&out}, View{&a}, View{&b}, int64_t{kN}}, {4, 1, 1}, {64, 1, 1},
+                                            /*wait=*/true));
+      EXPECT_GT(launched.device_seconds(), 0);
+      programs.push_back(std::move(p));
+    }
+    auto refused = session_->Load(ProgramSpec{"cuda-cubin", ampere.image, "add", signature, {}});
+    EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument) << refused.status();
+    EXPECT_THAT(std::string(refused.status().message()), HasSubstr("sm_80"));
+
+    ASSERT_TRUE(session_->BeginCapture({&a, &b}, {}).ok());
+    ASSERT_TRUE(session_->Launch(programs[0], {View{&out}, View{&a}, View{&b}, int64_t{kN}}, {4, 1, 1}, {64, 1, 1})
+                    .ok());
+    ASSERT_OK_AND_ASSIGN(Graph graph, session_->EndCapture({&out}));
+    for (int i = 0; i < 2; ++i) {
+      Buffer fa = Alloc(kN * 4), fb = Alloc(kN * 4), fout = Alloc(kN * 4);
+      ASSERT_TRUE(session_->Replay(graph, {&fa, &fb, &fout}, /*wait=*/true).ok());
+    }
+  }
+  ExpectTheDaemonLeftNothing();
+}
+
+INSTANTIATE_TEST_SUITE_P(Policies, FakeCudaDaemonTest, kPolicies, PolicyName);
+
+constexpr char kFaultSource[] = R"(
+extern "C" __global__ void fault(float *x) {
+  float *volatile nowhere = 0;
+  *nowhere = x[0];
+}
+)";
+
+// After a kernel fault every CUDA context of the process fails, new ones included, as an
+// H200 showed: the faulting session and the others answer FAILED_PRECONDITION, a new
+// CUDA session is UNAVAILABLE until the daemon restarts, and the CPU device serves on.
+// Declared after the other suites (and value-parameterised like the one before it, so
+// that gtest registers it later) so that it runs last.
+class FakeCudaFaultTest : public FakeCudaDaemonTest {};
+
+TEST_P(FakeCudaFaultTest, AKernelFaultEndsCudaServiceUntilTheDaemonRestarts) {
+  if (!Nvrtc::Load().ok()) GTEST_SKIP() << "no NVRTC to compile the faulting kernel";
+  auto other = client_->OpenSession("cuda:0");
+  ASSERT_TRUE(other.ok()) << other.status();
+  {
+    Buffer mine = Alloc(64);
+    auto theirs = other->Alloc(64);
+    ASSERT_TRUE(theirs.ok()) << theirs.status();
+    ASSERT_OK_AND_ASSIGN(Program fault,
+                         session_->Load(ProgramSpec{"cuda-c", kFaultSource, "fault", *ParseSignature("inout"), {}}));
+    auto launched = session_->Launch(fault, {View{&mine}}, {1, 1, 1}, {1, 1, 1}, /*wait=*/true);
+    EXPECT_FALSE(launched.ok());
+    EXPECT_EQ(fake_.count("faulted"), 1);
+
+    auto read = session_->ReadVector<float>(mine, 1);
+    EXPECT_EQ(read.status().code(), absl::StatusCode::kFailedPrecondition) << read.status();
+    EXPECT_THAT(std::string(read.status().message()), HasSubstr("kernel fault"));
+    auto their_read = other->ReadVector<float>(*theirs, 1);
+    EXPECT_EQ(their_read.status().code(), absl::StatusCode::kFailedPrecondition) << their_read.status();
+    EXPECT_THAT(std::string(their_read.status().message()), HasSubstr("kernel fault"));
+  }
+  auto refused = client_->OpenSession("cuda:0");
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kUnavailable) << refused.status();
+  EXPECT_THAT(std::string(refused.status().message()), HasSubstr("replayd restarts"));
+
+  // The fake answers as the H200 did: no new context of either kind.
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<CudaLibrary> cu, CudaLibrary::Load());
+  CUcontext ctx = nullptr;
+  EXPECT_EQ(cu->cuCtxCreate(&ctx, nullptr, 0, 0), CUDA_ERROR_ILLEGAL_ADDRESS);
+  EXPECT_EQ(cu->cuDevicePrimaryCtxRetain(&ctx, 0), CUDA_ERROR_ILLEGAL_ADDRESS);
+
+  // The daemon and its CPU device serve on.
+  ASSERT_OK_AND_ASSIGN(std::vector<v1::Device> devices, client_->ListDevices());
+  EXPECT_EQ(devices.size(), 2u);
+  ASSERT_OK_AND_ASSIGN(Session cpu, client_->OpenSession("cpu:0"));
+  const ProgramSpec affine_spec{"cpu-c", kAffineSource, "affine", *ParseSignature("out,in,int32,int32"), {}};
+  ASSERT_OK_AND_ASSIGN(Program affine, cpu.Load(affine_spec));
+  ASSERT_OK_AND_ASSIGN(Buffer in, cpu.Alloc(kN * 4));
+  ASSERT_OK_AND_ASSIGN(Buffer out, cpu.Alloc(kN * 4));
+  ASSERT_TRUE(cpu.WriteVector(in, std::vector<float>(kN, 1.5f)).ok());
+  ASSERT_TRUE(cpu.Launch(affine, {View{&out}, View{&in}, int64_t{kN}, int64_t{1}}, {1, 1, 1}).ok());
+  ASSERT_OK_AND_ASSIGN(std::vector<float> got, cpu.ReadVector<float>(out, kN));
+  EXPECT_EQ(got, std::vector<float>(kN, 4.0f));
+}
+
+INSTANTIATE_TEST_SUITE_P(Policies, FakeCudaFaultTest, kPolicies, PolicyName);
+
+}  // namespace
+}  // namespace replayd::client

@@ -1,0 +1,51 @@
+// The test hooks of the fake CUDA driver library (fake_cuda.cc, built as libcuda.so.1):
+// a host stand-in for NVIDIA's libcuda that serves one device, "Fake H200", with host
+// memory as device memory, and is as strict as the real driver where replayd depends on
+// it, so that misuse fails on a machine without a GPU.
+//
+// Nothing links the library: a test opens it as the daemon does, with
+// dlopen("libcuda.so.1") on an LD_LIBRARY_PATH that leads to the fake, and finds these
+// hooks with dlsym. Their presence is what tells the fake from the real driver.
+//
+// What the fake does, besides answering every entry point CudaLibrary resolves:
+// - each thread has a context stack; cuCtxCreate pushes the context it creates, as the
+//   real driver does;
+// - device memory is host memory; a copy, memset or memcpy node whose device range is
+//   not inside a live allocation is CUDA_ERROR_INVALID_VALUE (for a memcpy node, an
+//   allocation of the node's context), and address 0 never is;
+// - kernels do not run: a kernel launch or kernel node whose function is named "fault"
+//   makes the sticky fault instead, as does a graph whose memcpy node reaches memory
+//   freed since it was set. From then on every call of the library that involves a
+//   context, new contexts included, returns CUDA_ERROR_ILLEGAL_ADDRESS, as an H200 did
+//   after a kernel's illegal access; releases still release.
+// - graph launches perform their memcpy nodes in node order.
+//
+// Thread safety: the library is thread-safe (one lock). The hooks are for use between
+// tests, with no daemon running on the library.
+#ifndef REPLAYD_TESTS_SUPPORT_FAKE_CUDA_FAKE_CUDA_H_
+#define REPLAYD_TESTS_SUPPORT_FAKE_CUDA_FAKE_CUDA_H_
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+// Forgets everything: frees every allocation, destroys every object, clears the sticky
+// fault, empties the calling thread's context stack and undoes cuInit. Handles held from
+// before are stale from then on.
+void fake_cuda_reset(void);
+
+// The depth of the calling thread's context stack.
+int fake_cuda_context_stack_depth(void);
+
+// How many of `what` there are: live "contexts" (the primary context counts while
+// retained), "allocations" (cuMemAlloc), "host_allocations" (cuMemHostAlloc), "streams",
+// "events", "modules", "graphs", "graph_execs"; "reclaimed": objects a context's
+// destruction freed because nobody had before it; "faulted": 1 after the sticky fault,
+// else 0. -1 for any other word.
+int fake_cuda_count(const char* what);
+
+#ifdef __cplusplus
+}  // extern "C"
+#endif
+
+#endif  // REPLAYD_TESTS_SUPPORT_FAKE_CUDA_FAKE_CUDA_H_
