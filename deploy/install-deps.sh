@@ -10,6 +10,7 @@ packages=(
   libgtest-dev libgmock-dev googletest libbenchmark-dev
   libc-ares-dev libre2-dev zlib1g-dev
   libamdhip64-dev
+  clang-16 libclang-rt-16-dev
 )
 
 missing=()

@@ -10,6 +10,7 @@
 #ifndef REPLAYD_TESTS_SUPPORT_FAKE_DRIVER_H_
 #define REPLAYD_TESTS_SUPPORT_FAKE_DRIVER_H_
 
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <functional>
@@ -89,8 +90,22 @@ class FakeDevice : public Device {
     absl::MutexLock lock(&mu_);
     return in_use_;
   }
-  absl::Status Compile(const ProgramSource&, const std::filesystem::path&) override {
-    return absl::UnimplementedError("the fake device compiles nothing: make kernels with FakeContext::MakeKernel");
+  // "Compiles" a program of format "fake" whose code names a kernel given to AddKernel:
+  // the artifact is that name. Anything else is INVALID_ARGUMENT, as a compile error is.
+  absl::Status Compile(const ProgramSource& source, const std::filesystem::path& output) override {
+    if (source.format != "fake" || !bodies_.contains(source.code))
+      return absl::InvalidArgumentError(absl::StrCat("fake: no kernel named \"", source.code.substr(0, 64), "\""));
+    std::FILE* f = std::fopen(output.c_str(), "wb");
+    if (!f) return absl::InternalError(absl::StrCat("fake: cannot write ", output.string()));
+    std::fwrite(source.code.data(), 1, source.code.size(), f);
+    std::fclose(f);
+    return absl::OkStatus();
+  }
+  // Kernels that programs of format "fake" name by their code. Add before loading.
+  void AddKernel(const std::string& name, FakeKernelBody body) { bodies_[name] = std::move(body); }
+  const FakeKernelBody* Body(const std::string& name) const {
+    auto it = bodies_.find(name);
+    return it == bodies_.end() ? nullptr : &it->second;
   }
   absl::StatusOr<std::unique_ptr<Context>> OpenContext() override;
 
@@ -161,6 +176,7 @@ class FakeDevice : public Device {
   uint64_t in_use_ ABSL_GUARDED_BY(mu_) = 0;
   FakeCounts counts_ ABSL_GUARDED_BY(mu_);
   FakeFaults faults_;  // set by the test before the work it affects
+  std::map<std::string, FakeKernelBody> bodies_;  // set before use
   int bad_frees_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
@@ -235,8 +251,15 @@ class FakeContext : public Context {
                  reinterpret_cast<const uint8_t*>(src.address) + src_offset, bytes);
     return absl::OkStatus();
   }
-  absl::StatusOr<std::unique_ptr<Kernel>> Load(const ProgramSource&, const std::filesystem::path&) override {
-    return absl::UnimplementedError("the fake device loads no artifacts: use MakeKernel");
+  absl::StatusOr<std::unique_ptr<Kernel>> Load(const ProgramSource& source, const std::filesystem::path& artifact) override {
+    std::FILE* f = std::fopen(artifact.c_str(), "rb");
+    if (!f) return absl::InternalError(absl::StrCat("fake: cannot read ", artifact.string()));
+    char name[256] = {};
+    const size_t n = std::fread(name, 1, sizeof name - 1, f);
+    std::fclose(f);
+    const FakeKernelBody* body = device_->Body(std::string(name, n));
+    if (!body) return absl::InvalidArgumentError("fake: the artifact names no kernel");
+    return MakeKernel(source.signature, *body);
   }
   absl::StatusOr<std::optional<absl::Duration>> Launch(const Kernel& kernel, std::span<const ArgValue> args,
                                                        const Dim3& global, const Dim3&, bool wait) override {
