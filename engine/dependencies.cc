@@ -2,7 +2,7 @@
 
 #include <algorithm>
 
-#include "engine/session.h"
+#include "engine/buffer.h"
 
 namespace replayd {
 namespace {

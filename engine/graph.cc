@@ -7,8 +7,8 @@
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
+#include "engine/buffer.h"
 #include "engine/call.h"
-#include "engine/session.h"
 
 namespace replayd {
 namespace {

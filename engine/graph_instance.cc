@@ -3,9 +3,9 @@
 #include <chrono>
 
 #include "absl/strings/str_cat.h"
+#include "engine/buffer.h"
 #include "engine/call.h"
 #include "engine/dependencies.h"
-#include "engine/session.h"
 
 namespace replayd {
 
@@ -72,40 +72,11 @@ uint64_t GraphInstance::PlaceholderBytes() const {
 }
 
 absl::Status GraphInstance::Prepare(const BatchOptions& options) {
-  const size_t n_slots = graph_.slots.size();
-  // Lifetimes of internals, in call order.
-  std::vector<int> internal_index(n_slots, -1);
-  std::vector<Lifetime> lifetimes;
-  std::vector<int> param_index(n_slots, -1);
-  for (size_t s = 0; s < n_slots; ++s) {
-    if (graph_.slots[s].kind == SlotKind::kInternal) {
-      internal_index[s] = static_cast<int>(lifetimes.size());
-      lifetimes.push_back({graph_.slots[s].bytes, SIZE_MAX, 0});
-    } else if (graph_.slots[s].kind == SlotKind::kParameter) {
-      param_index[s] = static_cast<int>(buffer_params_.size());
-      buffer_params_.push_back(static_cast<uint32_t>(s));
-    }
-  }
-  for (size_t c = 0; c < graph_.calls.size(); ++c) {
-    for (const GraphArg& a : graph_.calls[c].args) {
-      const SlotView* v = std::get_if<SlotView>(&a);
-      if (!v || internal_index[v->slot] < 0) continue;
-      Lifetime& l = lifetimes[internal_index[v->slot]];
-      l.first_use = std::min(l.first_use, c);
-      l.last_use = std::max(l.last_use, c);
-    }
-  }
-  for (Lifetime& l : lifetimes)
-    if (l.first_use == SIZE_MAX) l.first_use = l.last_use = 0;  // unused: placed anyway
-  plan_ = PlanMemory(lifetimes);
-  if (plan_.arena_bytes > 0) {
-    absl::StatusOr<Allocation> arena = context_->Allocate(plan_.arena_bytes);
-    if (!arena.ok()) return arena.status();
-    arena_ = *arena;
-  }
+  const SlotIndex index = IndexSlots();
+  if (absl::Status s = PlanArena(index); !s.ok()) return s;
   // A node is built on real memory of this context: CUDA refuses a memcpy node on an
   // address it does not know (a kernel node takes any pointer as a plain value). A copy's
-  // view of a parameter is built on `placeholder`, an allocation as large as the largest
+  // view of a parameter is built on a placeholder, an allocation as large as the largest
   // such view reaches, held only while the batches are instantiated: every replay retargets
   // the node to its buffer before it launches.
   std::optional<Allocation> placeholder;
@@ -121,71 +92,139 @@ absl::Status GraphInstance::Prepare(const BatchOptions& options) {
     if (!a.ok()) return a.status();
     placeholder = *a;
   }
-  auto slot_address = [&](uint32_t s, bool copy) -> uint64_t {
-    switch (graph_.slots[s].kind) {
-      case SlotKind::kInternal:
-        return arena_->address + plan_.offsets[internal_index[s]];
-      case SlotKind::kConstant:
-        return graph_.slots[s].constant->allocation.address;
-      case SlotKind::kParameter:
-        return copy ? placeholder->address : 0;  // retargeted at every replay
-    }
-    return 0;
-  };
+  absl::MutexLock lock(&mu_);
+  const std::vector<char> batchable = BuildNodes(index, placeholder ? placeholder->address : 0);
+  return Instantiate(index, batchable, options);
+}
 
-  // Initial values: variables at their smallest valid value.
+GraphInstance::SlotIndex GraphInstance::IndexSlots() {
+  SlotIndex index;
+  index.internal.assign(graph_.slots.size(), -1);
+  index.param.assign(graph_.slots.size(), -1);
+  int internals = 0;
+  for (size_t s = 0; s < graph_.slots.size(); ++s) {
+    if (graph_.slots[s].kind == SlotKind::kInternal) {
+      index.internal[s] = internals++;
+    } else if (graph_.slots[s].kind == SlotKind::kParameter) {
+      index.param[s] = static_cast<int>(buffer_params_.size());
+      buffer_params_.push_back(static_cast<uint32_t>(s));
+    }
+  }
+  return index;
+}
+
+std::vector<Lifetime> GraphInstance::Lifetimes(const SlotIndex& index) const {
+  std::vector<Lifetime> lifetimes;
+  for (size_t s = 0; s < graph_.slots.size(); ++s)
+    if (index.internal[s] >= 0) lifetimes.push_back({graph_.slots[s].bytes, SIZE_MAX, 0});
+  for (size_t c = 0; c < graph_.calls.size(); ++c) {
+    for (const GraphArg& a : graph_.calls[c].args) {
+      const SlotView* v = std::get_if<SlotView>(&a);
+      if (!v || index.internal[v->slot] < 0) continue;
+      Lifetime& l = lifetimes[index.internal[v->slot]];
+      l.first_use = std::min(l.first_use, c);
+      l.last_use = std::max(l.last_use, c);
+    }
+  }
+  for (Lifetime& l : lifetimes)
+    if (l.first_use == SIZE_MAX) l.first_use = l.last_use = 0;  // unused: placed anyway
+  return lifetimes;
+}
+
+absl::Status GraphInstance::PlanArena(const SlotIndex& index) {
+  plan_ = PlanMemory(Lifetimes(index));
+  if (plan_.arena_bytes == 0) return absl::OkStatus();
+  absl::StatusOr<Allocation> arena = context_->Allocate(plan_.arena_bytes);
+  if (!arena.ok()) return arena.status();
+  arena_ = *arena;
+  return absl::OkStatus();
+}
+
+uint64_t GraphInstance::SlotAddress(const SlotIndex& index, uint32_t slot, bool copy, uint64_t placeholder) const {
+  switch (graph_.slots[slot].kind) {
+    case SlotKind::kInternal:
+      return arena_->address + plan_.offsets[index.internal[slot]];
+    case SlotKind::kConstant:
+      return graph_.slots[slot].constant->allocation.address;
+    case SlotKind::kParameter:
+      return copy ? placeholder : 0;  // retargeted at every replay
+  }
+  return 0;
+}
+
+std::vector<int64_t> GraphInstance::InitialValues() const {
+  // Each variable at its smallest valid value.
   std::vector<int64_t> values;
   for (const Variable& v : graph_.variables) {
     int64_t rem = ((v.min % v.multiple_of) + v.multiple_of) % v.multiple_of;
     values.push_back(rem ? v.min + (v.multiple_of - rem) : v.min);
   }
-  absl::MutexLock lock(&mu_);
+  return values;
+}
+
+std::vector<char> GraphInstance::BuildNodes(const SlotIndex& index, uint64_t placeholder) {
+  const std::vector<int64_t> values = InitialValues();
   nodes_.resize(graph_.calls.size());
   std::vector<char> batchable(graph_.calls.size());
   for (size_t c = 0; c < graph_.calls.size(); ++c) {
-    const GraphCall& call = graph_.calls[c];
-    GraphNode& node = nodes_[c];
-    node.kernel = call.is_copy() ? nullptr : call.program->kernel.get();
-    node.args.resize(call.args.size());
-    Patch patch;
-    patch.call = c;
-    for (size_t i = 0; i < call.args.size(); ++i) {
-      if (const SlotView* v = std::get_if<SlotView>(&call.args[i])) {
-        node.args[i].address = slot_address(v->slot, call.is_copy()) + v->offset;
-        if (param_index[v->slot] >= 0) patch.buffer_args.push_back({i, param_index[v->slot]});
-      } else {
-        const Expression& e = std::get<Expression>(call.args[i]);
-        node.args[i].integer = e.Evaluate(values);
-        if (e.uses_variables()) patch.expression_args.push_back(i);
-      }
-    }
-    node.global = EvaluateDims(call.global, values);
-    node.local = EvaluateDims(call.local, values);
-    for (int d = 0; d < 3; ++d)
-      patch.dims = patch.dims || call.global[d].uses_variables() || call.local[d].uses_variables();
-    if (call.is_copy()) {
-      const SlotView& dst = std::get<SlotView>(call.args[0]);
-      node.copy_bytes = dst.length ? dst.length : graph_.slots[dst.slot].bytes - dst.offset;
-      if (!patch.buffer_args.empty()) {
-        CopyCheck check{c, node.copy_bytes, {-1, -1}, {node.args[0].address, node.args[1].address}};
-        for (int i = 0; i < 2; ++i) {
-          const SlotView& v = std::get<SlotView>(call.args[i]);
-          if (param_index[v.slot] < 0) continue;
-          check.param[i] = param_index[v.slot];
-          check.address[i] = v.offset;
-        }
-        copy_checks_.push_back(check);
-      }
-    }
+    Patch patch = BuildNode(index, c, placeholder, values);
+    if (graph_.calls[c].is_copy() && !patch.buffer_args.empty()) AddCopyCheck(index, c);
     if (!patch.buffer_args.empty() || !patch.expression_args.empty() || patch.dims)
       patches_.push_back(std::move(patch));
-    batchable[c] = context_->CanBatch(node);
+    batchable[c] = context_->CanBatch(nodes_[c]);
   }
+  return batchable;
+}
+
+GraphInstance::Patch GraphInstance::BuildNode(const SlotIndex& index, size_t c, uint64_t placeholder,
+                                              std::span<const int64_t> values) {
+  const GraphCall& call = graph_.calls[c];
+  GraphNode& node = nodes_[c];
+  node.kernel = call.is_copy() ? nullptr : call.program->kernel.get();
+  node.args.resize(call.args.size());
+  Patch patch;
+  patch.call = c;
+  for (size_t i = 0; i < call.args.size(); ++i) {
+    if (const SlotView* v = std::get_if<SlotView>(&call.args[i])) {
+      node.args[i].address = SlotAddress(index, v->slot, call.is_copy(), placeholder) + v->offset;
+      if (index.param[v->slot] >= 0) patch.buffer_args.push_back({i, index.param[v->slot]});
+    } else {
+      const Expression& e = std::get<Expression>(call.args[i]);
+      node.args[i].integer = e.Evaluate(values);
+      if (e.uses_variables()) patch.expression_args.push_back(i);
+    }
+  }
+  node.global = EvaluateDims(call.global, values);
+  node.local = EvaluateDims(call.local, values);
+  for (int d = 0; d < 3; ++d)
+    patch.dims = patch.dims || call.global[d].uses_variables() || call.local[d].uses_variables();
+  if (call.is_copy()) {
+    const SlotView& dst = std::get<SlotView>(call.args[0]);
+    node.copy_bytes = dst.length ? dst.length : graph_.slots[dst.slot].bytes - dst.offset;
+  }
+  return patch;
+}
+
+void GraphInstance::AddCopyCheck(const SlotIndex& index, size_t c) {
+  const GraphCall& call = graph_.calls[c];
+  const GraphNode& node = nodes_[c];
+  CopyCheck check{c, node.copy_bytes, {-1, -1}, {node.args[0].address, node.args[1].address}};
+  for (int i = 0; i < 2; ++i) {
+    const SlotView& v = std::get<SlotView>(call.args[i]);
+    if (index.param[v.slot] < 0) continue;
+    check.param[i] = index.param[v.slot];
+    check.address[i] = v.offset;
+  }
+  copy_checks_.push_back(check);
+}
+
+absl::Status GraphInstance::Instantiate(const SlotIndex& index, std::span<const char> batchable,
+                                        const BatchOptions& options) {
   batch_of_call_.resize(graph_.calls.size());
   index_in_batch_.resize(graph_.calls.size());
-  std::vector<uint64_t> arena_offsets(n_slots, 0);
-  for (size_t s = 0; s < n_slots; ++s)
-    if (internal_index[s] >= 0) arena_offsets[s] = plan_.offsets[internal_index[s]];
+  std::vector<uint64_t> arena_offsets(graph_.slots.size(), 0);
+  for (size_t s = 0; s < graph_.slots.size(); ++s)
+    if (index.internal[s] >= 0) arena_offsets[s] = plan_.offsets[index.internal[s]];
   for (auto [begin, end] : CutBatches(batchable, options)) {
     Batch batch{begin, end, nullptr};
     if (end - begin > 1 || batchable[begin]) {

@@ -86,8 +86,39 @@ class GraphInstance {
   // A batch of one call the device graph cannot hold, submitted on its own.
   absl::StatusOr<std::optional<absl::Duration>> SubmitAlone(const GraphNode& node, bool wait);
 
+  // Where each slot goes: its index among the internals (its lifetime and its offset in
+  // the plan) and among the buffer parameters, -1 where it is not one.
+  struct SlotIndex {
+    std::vector<int> internal;
+    std::vector<int> param;
+  };
+
   GraphInstance(Graph graph, std::string structure, std::shared_ptr<Context> context);
+  // Makes the instance ready to replay, in the steps below: slots indexed, the arena
+  // planned and allocated, a node and its patch built per call, the batches instantiated.
   absl::Status Prepare(const BatchOptions& options);
+  // Indexes the slots and fills buffer_params_.
+  SlotIndex IndexSlots();
+  // The lifetime of each internal, first to last use in call order.
+  std::vector<Lifetime> Lifetimes(const SlotIndex& index) const;
+  // Plans the internals' memory and allocates the arena (none when it is empty).
+  absl::Status PlanArena(const SlotIndex& index);
+  // The device address a node is built with for `slot`: in the arena, the constant's, or
+  // for a parameter `placeholder` in a copy and 0 elsewhere (patched at every replay).
+  uint64_t SlotAddress(const SlotIndex& index, uint32_t slot, bool copy, uint64_t placeholder) const;
+  // The values the nodes are built with: each variable at its smallest valid value.
+  std::vector<int64_t> InitialValues() const;
+  // Builds every call's node, its patch and its copy check; whether each call can go in a
+  // device graph.
+  std::vector<char> BuildNodes(const SlotIndex& index, uint64_t placeholder) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Builds node `call` with `values` and returns where it depends on parameters.
+  Patch BuildNode(const SlotIndex& index, size_t call, uint64_t placeholder, std::span<const int64_t> values)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Notes where copy `call`, built with a buffer parameter, finds its views at a replay.
+  void AddCopyCheck(const SlotIndex& index, size_t call) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Cuts the calls into batches and instantiates a device graph for each that can have one.
+  absl::Status Instantiate(const SlotIndex& index, std::span<const char> batchable, const BatchOptions& options)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   Dim3 EvaluateDims(const std::array<Expression, 3>& dims, std::span<const int64_t> values) const;
 
   // Declared first, so it is destroyed last: the graph's programs hold kernels and its

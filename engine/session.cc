@@ -3,7 +3,6 @@
 #include <chrono>
 #include <limits>
 
-#include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
 
 namespace replayd {
@@ -67,7 +66,7 @@ absl::StatusOr<Handle> Session::AllocBuffer(uint64_t bytes) {
   if (!allocation.ok()) return allocation.status();
   memory_in_use_ += bytes;
   auto buffer = std::make_shared<Buffer>(context_, *allocation);
-  if (capture_) capture_->born.insert(buffer.get());
+  if (capture_) capture_->NoteAllocated(*buffer);
   return buffers_.Insert(std::move(buffer));
 }
 
@@ -77,7 +76,7 @@ absl::Status Session::FreeBuffer(Handle buffer) {
   absl::StatusOr<std::shared_ptr<Buffer>> removed = buffers_.Remove(buffer);
   if (!removed.ok()) return removed.status();
   memory_in_use_ -= (*removed)->allocation.bytes;
-  if (capture_ && capture_->born.contains(removed->get())) capture_->dropped.insert(removed->get());
+  if (capture_) capture_->NoteFreed(**removed);
   return absl::OkStatus();
 }
 
@@ -235,7 +234,12 @@ absl::StatusOr<LaunchResult> Session::Launch(const LaunchOp& op) {
   absl::StatusOr<Scheduler::Turn> turn = env_.scheduler->Acquire(env_.queue);
   if (!turn.ok()) return turn.status();
   if (capture_) {
-    if (absl::Status s = Record(op, *program, bound->variables); !s.ok()) return s;
+    absl::StatusOr<std::vector<RecordedArg>> recorded = RecordedArgs(op);
+    if (!recorded.ok()) return recorded.status();
+    if (absl::Status s = capture_->RecordLaunch(*program, std::move(*recorded), PadDims(op.global),
+                                                PadDims(op.local), bound->variables);
+        !s.ok())
+      return s;
   }
   absl::StatusOr<std::optional<absl::Duration>> time =
       context_->Launch(*(*program)->kernel, args, *global, *local, op.wait);
@@ -243,52 +247,28 @@ absl::StatusOr<LaunchResult> Session::Launch(const LaunchOp& op) {
   return LaunchResult{*time};
 }
 
-absl::Status Session::Record(const LaunchOp& op, std::shared_ptr<Program> program,
-                             std::span<const Variable> variables) {
-  // Map the call's variables onto the capture's, by name; a new name becomes a new
-  // graph variable. Checked before anything is added.
-  std::vector<int> remap;
-  std::vector<Variable> added;
-  for (const Variable& v : variables) {
-    int index = -1;
-    for (size_t i = 0; i < capture_->variables.size(); ++i)
-      if (capture_->variables[i].name == v.name) index = static_cast<int>(i);
-    if (index >= 0 && !capture_->variables[index].SameRange(v)) {
-      const Variable& c = capture_->variables[index];
-      return absl::InvalidArgumentError(absl::StrCat("variable ", v.name, " is bound with range [", v.min, ", ", v.max,
-                                                     "] multiple of ", v.multiple_of, "; the capture declared [", c.min,
-                                                     ", ", c.max, "] multiple of ", c.multiple_of));
-    }
-    if (index < 0) {
-      index = static_cast<int>(capture_->variables.size() + added.size());
-      added.push_back(v);
-    }
-    remap.push_back(index);
-  }
-  if (absl::Status s = CheckGraphLimits(capture_->variables.size() + added.size(), 0, capture_->calls.size() + 1);
-      !s.ok())
-    return s;
-  RecordedCall call;
-  call.program = std::move(program);
+absl::StatusOr<std::vector<RecordedArg>> Session::RecordedArgs(const LaunchOp& op) const {
+  std::vector<RecordedArg> args;
   for (const CallArg& arg : op.args) {
     if (const ViewArg* v = std::get_if<ViewArg>(&arg)) {
-      call.args.push_back(RecordedView{*FindBuffer(v->buffer), *v});
+      absl::StatusOr<std::shared_ptr<Buffer>> b = FindBuffer(v->buffer);
+      if (!b.ok()) return b.status();
+      args.push_back(RecordedView{std::move(*b), *v});
     } else {
-      call.args.push_back(std::get<Expression>(arg).Remapped(remap));
+      args.push_back(std::get<Expression>(arg));
     }
   }
-  std::array<Expression, 3> global = PadDims(op.global), local = PadDims(op.local);
-  for (int d = 0; d < 3; ++d) {
-    call.global[d] = global[d].Remapped(remap);
-    call.local[d] = local[d].Remapped(remap);
-  }
-  capture_->variables.insert(capture_->variables.end(), added.begin(), added.end());
-  capture_->calls.push_back(std::move(call));
-  return absl::OkStatus();
+  return args;
 }
 
-absl::Status Session::CheckRecordable() const {
-  return CheckGraphLimits(capture_->variables.size(), 0, capture_->calls.size() + 1);
+absl::StatusOr<std::vector<std::shared_ptr<Buffer>>> Session::FindBuffers(const std::vector<Handle>& handles) const {
+  std::vector<std::shared_ptr<Buffer>> found;
+  for (Handle h : handles) {
+    absl::StatusOr<std::shared_ptr<Buffer>> b = FindBuffer(h);
+    if (!b.ok()) return b.status();
+    found.push_back(std::move(*b));
+  }
+  return found;
 }
 
 absl::StatusOr<LaunchResult> Session::CopyBuffer(const CopyOp& op) {
@@ -309,16 +289,12 @@ absl::StatusOr<LaunchResult> Session::CopyBuffer(const CopyOp& op) {
   absl::StatusOr<uint64_t> bytes = CheckCopyRanges(ranges[0], ranges[1], buffers[0] == buffers[1]);
   if (!bytes.ok()) return bytes.status();
   if (capture_) {
-    if (absl::Status s = CheckRecordable(); !s.ok()) return s;
+    if (absl::Status s = capture_->CheckRoom(); !s.ok()) return s;
   }
   absl::StatusOr<Scheduler::Turn> turn = env_.scheduler->Acquire(env_.queue);
   if (!turn.ok()) return turn.status();
   if (capture_) {
-    RecordedCall call;
-    call.global = call.local = PadDims({});
-    call.args.push_back(RecordedView{buffers[0], op.dst});
-    call.args.push_back(RecordedView{buffers[1], op.src});
-    capture_->calls.push_back(std::move(call));
+    if (absl::Status s = capture_->RecordCopy({buffers[0], op.dst}, {buffers[1], op.src}); !s.ok()) return s;
   }
   absl::StatusOr<std::optional<absl::Duration>> time =
       SubmitCopy(*context_, buffers[0]->allocation.address + ranges[0].first,
@@ -331,65 +307,16 @@ absl::Status Session::BeginCapture(const std::vector<Handle>& inputs, const std:
   absl::MutexLock lock(&mu_);
   if (absl::Status s = CheckOpen(); !s.ok()) return s;
   if (capture_) return absl::FailedPreconditionError("a capture is already open in this session");
-  if (absl::Status s = CheckGraphLimits(variables.size(), 0, 0); !s.ok()) return s;
-  Capture capture;
+  std::vector<CapturedBuffer> named;
   for (Handle h : inputs) {
     absl::StatusOr<std::shared_ptr<Buffer>> b = FindBuffer(h);
     if (!b.ok()) return b.status();
-    for (const auto& seen : capture.inputs)
-      if (seen == *b) return absl::InvalidArgumentError(absl::StrCat("input buffer ", h, " is named twice"));
-    capture.inputs.push_back(*b);
+    named.push_back({h, std::move(*b)});
   }
-  for (const Variable& v : variables) {
-    if (absl::Status s = CheckVariable(v); !s.ok()) return s;
-    for (const Variable& seen : capture.variables)
-      if (seen.name == v.name)
-        return absl::InvalidArgumentError(absl::StrCat("variable ", v.name, " is declared twice"));
-    capture.variables.push_back(v);
-  }
-  capture_ = std::move(capture);
+  absl::StatusOr<CaptureRecord> record = CaptureRecord::Open(std::move(named), variables);
+  if (!record.ok()) return record.status();
+  capture_.emplace(std::move(*record));
   return absl::OkStatus();
-}
-
-absl::StatusOr<Graph> Session::GraphFromCapture(const Capture& capture, const std::vector<Handle>& outputs) {
-  Graph g;
-  g.variables = capture.variables;
-  absl::flat_hash_map<const Buffer*, uint32_t> slot_of;
-  auto add_parameter = [&](const std::shared_ptr<Buffer>& b) {
-    if (slot_of.contains(b.get())) return;
-    slot_of[b.get()] = static_cast<uint32_t>(g.slots.size());
-    g.slots.push_back({SlotKind::kParameter, b->allocation.bytes, nullptr});
-  };
-  for (const auto& b : capture.inputs) add_parameter(b);
-  for (Handle h : outputs) {
-    absl::StatusOr<std::shared_ptr<Buffer>> b = FindBuffer(h);
-    if (!b.ok()) return b.status();
-    add_parameter(*b);
-  }
-  for (const RecordedCall& rc : capture.calls) {
-    GraphCall call;
-    call.program = rc.program;
-    call.global = rc.global;
-    call.local = rc.local;
-    for (const auto& arg : rc.args) {
-      if (const Expression* e = std::get_if<Expression>(&arg)) {
-        call.args.push_back(*e);
-        continue;
-      }
-      const RecordedView& rv = std::get<RecordedView>(arg);
-      auto [it, inserted] = slot_of.try_emplace(rv.buffer.get(), static_cast<uint32_t>(g.slots.size()));
-      if (inserted) {
-        if (capture.dropped.contains(rv.buffer.get())) {
-          g.slots.push_back({SlotKind::kInternal, rv.buffer->allocation.bytes, nullptr});
-        } else {
-          g.slots.push_back({SlotKind::kConstant, rv.buffer->allocation.bytes, rv.buffer});
-        }
-      }
-      call.args.push_back(SlotView{it->second, rv.view.offset, rv.view.length});
-    }
-    g.calls.push_back(std::move(call));
-  }
-  return g;
 }
 
 absl::StatusOr<GraphInfo> Session::EndCapture(const std::vector<Handle>& outputs, bool discard) {
@@ -400,11 +327,11 @@ absl::StatusOr<GraphInfo> Session::EndCapture(const std::vector<Handle>& outputs
     capture_.reset();
     return GraphInfo();
   }
-  if (capture_->calls.empty())
+  if (capture_->call_count() == 0)
     return absl::FailedPreconditionError("the capture recorded no call; launch, or end it with discard");
-  absl::StatusOr<Graph> g = GraphFromCapture(*capture_, outputs);
-  if (!g.ok()) return g.status();
-  absl::StatusOr<GraphInfo> info = AddGraph(std::move(*g));
+  absl::StatusOr<std::vector<std::shared_ptr<Buffer>>> output_buffers = FindBuffers(outputs);
+  if (!output_buffers.ok()) return output_buffers.status();
+  absl::StatusOr<GraphInfo> info = AddGraph(capture_->ToGraph(*output_buffers));
   if (info.ok()) capture_.reset();
   return info;
 }
@@ -514,72 +441,6 @@ absl::StatusOr<std::shared_ptr<GraphInstance>> Session::FindReplayable(Handle gr
   return graphs_.Find(graph);
 }
 
-absl::Status Session::ResolveParams(const GraphInstance& g, std::span<const ParamValue> params,
-                                    std::vector<uint64_t>& addresses, std::vector<int64_t>& values) const {
-  const std::vector<uint32_t>& buffer_params = g.buffer_params();
-  const std::vector<Variable>& variables = g.graph().variables;
-  const size_t expected = buffer_params.size() + variables.size();
-  if (params.size() != expected) {
-    std::string missing;
-    if (params.size() < buffer_params.size())
-      missing = absl::StrCat(" (buffer parameter ", params.size(), " is missing)");
-    else if (params.size() < expected)
-      missing = absl::StrCat(" (variable ", variables[params.size() - buffer_params.size()].name, " is missing)");
-    return absl::InvalidArgumentError(
-        absl::StrCat("the graph takes ", expected, " parameters, got ", params.size(), missing));
-  }
-  addresses.resize(buffer_params.size());
-  values.resize(variables.size());
-  for (size_t i = 0; i < params.size(); ++i) {
-    if (i < buffer_params.size()) {
-      const BufferParam* bp = std::get_if<BufferParam>(&params[i]);
-      if (!bp) return absl::InvalidArgumentError(absl::StrCat("parameter ", i, " must be a buffer"));
-      absl::StatusOr<std::shared_ptr<Buffer>> b = FindBuffer(bp->buffer);
-      if (!b.ok()) return absl::NotFoundError(absl::StrCat("parameter ", i, ": ", b.status().message()));
-      uint64_t need = g.graph().slots[buffer_params[i]].bytes;
-      if ((*b)->allocation.bytes < need)
-        return absl::InvalidArgumentError(absl::StrCat("parameter ", i, ": buffer ", bp->buffer, " has ",
-                                                       (*b)->allocation.bytes, " bytes; the graph needs ", need));
-      addresses[i] = (*b)->allocation.address;
-      continue;
-    }
-    const Variable& var = variables[i - buffer_params.size()];
-    const int64_t* v = std::get_if<int64_t>(&params[i]);
-    if (!v)
-      return absl::InvalidArgumentError(absl::StrCat("parameter ", i, " (variable ", var.name, ") must be a value"));
-    if (absl::Status s = CheckValue(var, *v); !s.ok()) return s;
-    values[i - buffer_params.size()] = *v;
-  }
-  return g.CheckBuffers(addresses);
-}
-
-absl::Status Session::ResolveReads(std::span<const ViewArg> reads, std::vector<ResolvedRead>& out) const {
-  out.clear();
-  uint64_t total = 0;
-  for (size_t i = 0; i < reads.size(); ++i) {
-    absl::StatusOr<std::shared_ptr<Buffer>> b = FindBuffer(reads[i].buffer);
-    if (!b.ok()) return absl::NotFoundError(absl::StrCat("read ", i, ": ", b.status().message()));
-    absl::StatusOr<std::pair<uint64_t, uint64_t>> r = ResolveView(reads[i], (*b)->allocation.bytes);
-    if (!r.ok()) return absl::InvalidArgumentError(absl::StrCat("read ", i, ": ", r.status().message()));
-    total += r->second;
-    if (total > kMaxReplayReadBytes)
-      return absl::InvalidArgumentError(absl::StrCat("reads exceed ", kMaxReplayReadBytes, " bytes in all"));
-    out.push_back({*b, r->first, r->second});
-  }
-  return absl::OkStatus();
-}
-
-absl::Status Session::TakeReads(std::span<const ResolvedRead> reads, std::vector<std::string>& out) {
-  out.resize(reads.size());
-  for (size_t i = 0; i < reads.size(); ++i) {
-    out[i].resize(reads[i].length);
-    absl::Status s = context_->Read(reads[i].buffer->allocation, reads[i].offset,
-                                    {reinterpret_cast<uint8_t*>(out[i].data()), reads[i].length});
-    if (!s.ok()) return s;
-  }
-  return absl::OkStatus();
-}
-
 absl::StatusOr<ReplayResult> Session::ReplayGraph(const ReplayOp& op) {
   ReplayResult result;
   if (absl::Status s = ReplayGraph(op, result); !s.ok()) return s;
@@ -598,14 +459,14 @@ absl::Status Session::ReplayGraph(const ReplayOp& op, ReplayResult& result) {
     std::vector<ResolvedRead>& reads;
     ~ReleaseReads() { reads.clear(); }
   } release{reads};
-  if (absl::Status s = ResolveParams(**g, op.params, addresses, values); !s.ok()) return s;
-  if (absl::Status s = ResolveReads(op.reads, reads); !s.ok()) return s;
+  if (absl::Status s = ResolveParams(**g, op.params, buffers_, addresses, values); !s.ok()) return s;
+  if (absl::Status s = ResolveReads(op.reads, buffers_, reads); !s.ok()) return s;
   absl::StatusOr<Scheduler::Turn> turn = env_.scheduler->Acquire(env_.queue);
   if (!turn.ok()) return turn.status();
   absl::StatusOr<std::optional<absl::Duration>> time = (*g)->Replay(addresses, values, op.wait || !reads.empty());
   if (!time.ok()) return time.status();
   result.device_time = op.wait ? *time : std::nullopt;
-  return TakeReads(reads, result.reads);
+  return TakeReads(*context_, reads, result.reads);
 }
 
 absl::StatusOr<SequenceResult> Session::ReplaySequence(const ReplaySequenceOp& op, const ReplayCallback& on_replay) {
@@ -613,44 +474,15 @@ absl::StatusOr<SequenceResult> Session::ReplaySequence(const ReplaySequenceOp& o
   absl::StatusOr<std::shared_ptr<GraphInstance>> found = FindReplayable(op.graph);
   if (!found.ok()) return found.status();
   GraphInstance& g = **found;
-  const bool stepping = op.vectors.empty();
-  const uint64_t count = stepping ? op.count : op.vectors.size();
-  if (count == 0 || count > kMaxSequenceReplays)
-    return absl::InvalidArgumentError(
-        absl::StrCat("a sequence runs 1 to ", kMaxSequenceReplays, " replays, not ", count));
-  if (!stepping && (op.count != 0 || !op.base.empty()))
-    return absl::InvalidArgumentError("a sequence takes vectors or a base with a step, not both");
-  // Every vector is checked before the first replay runs. With a step, the first and the
-  // last values bound the rest, and a step that is a multiple keeps every value one.
-  std::vector<std::vector<uint64_t>> addresses(stepping ? 1 : count);
-  std::vector<std::vector<int64_t>> values(stepping ? 1 : count);
+  // Every vector and read is checked before the first replay runs.
+  absl::StatusOr<SequenceVectors> vectors = SequenceVectors::Check(g, op, buffers_);
+  if (!vectors.ok()) return vectors.status();
   std::vector<ResolvedRead> reads;
-  if (stepping) {
-    if (absl::Status s = ResolveParams(g, op.base, addresses[0], values[0]); !s.ok()) return s;
-    const size_t first_var = g.buffer_params().size();
-    if (op.step_param < first_var || op.step_param >= op.base.size())
-      return absl::InvalidArgumentError(absl::StrCat("step_param ", op.step_param, " is not a variable parameter"));
-    const Variable& var = g.graph().variables[op.step_param - first_var];
-    int64_t span, last;
-    if (__builtin_mul_overflow(static_cast<int64_t>(count - 1), op.step, &span) ||
-        __builtin_add_overflow(values[0][op.step_param - first_var], span, &last))
-      return absl::InvalidArgumentError(absl::StrCat("variable ", var.name, " overflows over the sequence"));
-    if (absl::Status s = CheckValue(var, last); !s.ok())
-      return absl::InvalidArgumentError(absl::StrCat("replay ", count - 1, ": ", s.message()));
-    if (op.step % var.multiple_of != 0)
-      return absl::InvalidArgumentError(
-          absl::StrCat("step ", op.step, " of variable ", var.name, " is not a multiple of ", var.multiple_of));
-  } else {
-    for (uint64_t i = 0; i < count; ++i) {
-      absl::Status s = ResolveParams(g, op.vectors[i], addresses[i], values[i]);
-      if (!s.ok()) return absl::Status(s.code(), absl::StrCat("replay ", i, ": ", s.message()));
-    }
-  }
-  if (absl::Status s = ResolveReads(op.reads, reads); !s.ok()) return s;
+  if (absl::Status s = ResolveReads(op.reads, buffers_, reads); !s.ok()) return s;
 
   SequenceResult result;
   ReplayResult step_result;
-  const size_t stepped = op.step_param - (stepping ? g.buffer_params().size() : 0);
+  const uint64_t count = vectors->count();
   auto start = std::chrono::steady_clock::now();
   // A turn per replay, so other tenants' work runs between the replays of a long
   // sequence. Only the first is refused by a full queue: a sequence once admitted runs
@@ -659,8 +491,6 @@ absl::StatusOr<SequenceResult> Session::ReplaySequence(const ReplaySequenceOp& o
   std::optional<Scheduler::Turn> turn;
   for (uint64_t i = 0; i < count; ++i) {
     const bool report = op.stream_reads || i + 1 == count;
-    const std::vector<uint64_t>& a = addresses[stepping ? 0 : i];
-    std::vector<int64_t>& v = values[stepping ? 0 : i];
     if (turn) {
       env_.scheduler->Renew(*turn);
     } else {
@@ -668,12 +498,12 @@ absl::StatusOr<SequenceResult> Session::ReplaySequence(const ReplaySequenceOp& o
       if (!acquired.ok()) return acquired.status();
       turn.emplace(std::move(*acquired));
     }
-    absl::StatusOr<std::optional<absl::Duration>> time = g.Replay(a, v, report && !reads.empty());
+    absl::StatusOr<std::optional<absl::Duration>> time =
+        g.Replay(vectors->addresses(i), vectors->ValuesOf(i), report && !reads.empty());
     if (!time.ok()) return time.status();
     ++result.replays;
-    if (stepping) v[stepped] += op.step;
     if (!report) continue;
-    absl::Status taken = TakeReads(reads, step_result.reads);
+    absl::Status taken = TakeReads(*context_, reads, step_result.reads);
     turn.reset();
     if (!taken.ok()) return taken;
     if (absl::Status s = on_replay(i, step_result); !s.ok()) return s;

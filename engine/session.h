@@ -8,53 +8,41 @@
 // from the device's scheduler after its checks; programs, graphs and (through the
 // context) memory count against the tenant's quotas.
 //
-// Capture: between BeginCapture and EndCapture, launches run as usual and are also
-// recorded. EndCapture turns the record into a graph: the buffers named as inputs and
-// outputs become parameters, buffers created and freed inside the capture become
-// internals, other buffers become constants, and every bound variable becomes a
-// variable parameter with its value stripped.
+// Capture: between BeginCapture and EndCapture, launches and copies run as usual and are
+// also recorded in a CaptureRecord (engine/capture.h), which EndCapture turns into a
+// graph. Replay: ReplayGraph and ReplaySequence check their parameter vectors with
+// engine/replay.h and run the graph instance's replays.
 //
 // Thread safety: thread-safe.
 #ifndef REPLAYD_ENGINE_SESSION_H_
 #define REPLAYD_ENGINE_SESSION_H_
 
 #include <atomic>
-#include <functional>
 #include <memory>
 #include <optional>
 #include <span>
 #include <string>
 
-#include "absl/container/flat_hash_set.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "drivers/driver.h"
+#include "engine/buffer.h"
 #include "engine/call.h"
+#include "engine/capture.h"
 #include "engine/compile_cache.h"
 #include "engine/graph.h"
 #include "engine/graph_cache.h"
 #include "engine/graph_instance.h"
 #include "engine/handle_table.h"
 #include "engine/program.h"
+#include "engine/replay.h"
 #include "engine/scheduler.h"
 #include "engine/tenant.h"
 
 namespace replayd {
 
 using SessionId = uint64_t;
-
-// Device memory owned through a handle (and by the graphs that hold it as a constant);
-// freed when the last reference goes.
-struct Buffer {
-  Buffer(std::shared_ptr<Context> context, Allocation allocation)
-      : context(std::move(context)), allocation(allocation) {}
-  ~Buffer() { context->Free(allocation); }
-  Buffer(const Buffer&) = delete;
-  Buffer& operator=(const Buffer&) = delete;
-  const std::shared_ptr<Context> context;
-  const Allocation allocation;
-};
 
 // A graph definition with session handles, as DefineGraph receives it.
 struct SlotDef {
@@ -93,52 +81,6 @@ struct GraphInfo {
   std::vector<GraphParamInfo> params;  // the replay parameter layout
   GraphCacheStats cache;
 };
-
-// One replay parameter: a buffer handle or a variable value.
-struct BufferParam {
-  Handle buffer = 0;
-};
-using ParamValue = std::variant<BufferParam, int64_t>;
-
-struct ReplayOp {
-  Handle graph = 0;
-  std::vector<ParamValue> params;  // in the graph's parameter layout
-  bool wait = false;
-  std::vector<ViewArg> reads;  // views of session buffers returned after the replay
-};
-
-// Most bytes one replay may return through `reads`.
-inline constexpr uint64_t kMaxReplayReadBytes = 1 << 20;
-
-struct ReplayResult {
-  std::optional<absl::Duration> device_time;
-  std::vector<std::string> reads;
-};
-
-// K replays of one graph back to back: the vectors given, or `base` with the variable at
-// layout index `step_param` increased by `step` after each of `count` replays.
-struct ReplaySequenceOp {
-  Handle graph = 0;
-  std::vector<std::vector<ParamValue>> vectors;
-  std::vector<ParamValue> base;
-  size_t step_param = 0;
-  int64_t step = 0;
-  uint64_t count = 0;
-  std::vector<ViewArg> reads;  // taken after each replay that reports them
-  bool stream_reads = false;   // report every replay's reads, not only the last's
-};
-
-// Most replays in one sequence.
-inline constexpr uint64_t kMaxSequenceReplays = 1 << 20;
-
-struct SequenceResult {
-  uint64_t replays = 0;
-  absl::Duration device_time;
-};
-
-// Called after a replay of a sequence with its index and reads; a non-OK status stops
-// the sequence (the replays before it stay done).
-using ReplayCallback = std::function<absl::Status(uint64_t index, const ReplayResult& result)>;
 
 // What a session needs from the engine; all of it outlives the session.
 struct SessionEnv {
@@ -221,49 +163,19 @@ class Session {
   absl::Time deadline() const { return absl::FromUnixNanos(deadline_ns_.load()); }
 
  private:
-  struct RecordedView {
-    std::shared_ptr<Buffer> buffer;
-    ViewArg view;
-  };
-  struct RecordedCall {
-    std::shared_ptr<Program> program;  // null: a copy, args destination then source
-    std::vector<std::variant<RecordedView, Expression>> args;
-    std::array<Expression, 3> global, local;
-  };
-  struct Capture {
-    std::vector<std::shared_ptr<Buffer>> inputs;
-    std::vector<Variable> variables;
-    absl::flat_hash_set<const Buffer*> born;     // allocated during the capture
-    absl::flat_hash_set<const Buffer*> dropped;  // born, then freed during the capture
-    std::vector<RecordedCall> calls;
-  };
-
   absl::Status CheckOpen() const ABSL_SHARED_LOCKS_REQUIRED(mu_);
   absl::StatusOr<std::shared_ptr<Buffer>> FindBuffer(Handle buffer) const ABSL_SHARED_LOCKS_REQUIRED(mu_);
   absl::Status PackArgs(const Kernel& kernel, const LaunchOp& op, std::span<const Variable> variables,
                         std::span<const int64_t> values, std::vector<ArgValue>& out) const
       ABSL_SHARED_LOCKS_REQUIRED(mu_);
-  absl::Status Record(const LaunchOp& op, std::shared_ptr<Program> program, std::span<const Variable> variables)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  absl::Status CheckRecordable() const ABSL_SHARED_LOCKS_REQUIRED(mu_);
-  absl::StatusOr<Graph> GraphFromCapture(const Capture& capture, const std::vector<Handle>& outputs)
+  // The buffers `handles` name, in order, or NOT_FOUND for the first unknown one.
+  absl::StatusOr<std::vector<std::shared_ptr<Buffer>>> FindBuffers(const std::vector<Handle>& handles) const
       ABSL_SHARED_LOCKS_REQUIRED(mu_);
+  // The arguments of `op` as a capture records them: each view with its buffer.
+  absl::StatusOr<std::vector<RecordedArg>> RecordedArgs(const LaunchOp& op) const ABSL_SHARED_LOCKS_REQUIRED(mu_);
   absl::StatusOr<Graph> GraphFromDef(const GraphDef& def) ABSL_SHARED_LOCKS_REQUIRED(mu_);
   absl::StatusOr<GraphInfo> AddGraph(Graph graph) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   GraphInfo Describe(Handle handle, const GraphInstance& instance, bool cache_hit) const;
-  // Checks one parameter vector against `g` and resolves it to device addresses and
-  // variable values.
-  absl::Status ResolveParams(const GraphInstance& g, std::span<const ParamValue> params,
-                             std::vector<uint64_t>& addresses, std::vector<int64_t>& values) const
-      ABSL_SHARED_LOCKS_REQUIRED(mu_);
-  struct ResolvedRead {
-    std::shared_ptr<Buffer> buffer;
-    uint64_t offset = 0, length = 0;
-  };
-  absl::Status ResolveReads(std::span<const ViewArg> reads, std::vector<ResolvedRead>& out) const
-      ABSL_SHARED_LOCKS_REQUIRED(mu_);
-  absl::Status TakeReads(std::span<const ResolvedRead> reads, std::vector<std::string>& out)
-      ABSL_SHARED_LOCKS_REQUIRED(mu_);
   absl::StatusOr<std::shared_ptr<GraphInstance>> FindReplayable(Handle graph) const ABSL_SHARED_LOCKS_REQUIRED(mu_);
 
   const SessionId id_;
@@ -282,7 +194,7 @@ class Session {
   HandleTable<Buffer> buffers_ ABSL_GUARDED_BY(mu_){"buffer"};
   HandleTable<Program> programs_ ABSL_GUARDED_BY(mu_){"program"};
   HandleTable<GraphInstance> graphs_ ABSL_GUARDED_BY(mu_){"graph"};
-  std::optional<Capture> capture_ ABSL_GUARDED_BY(mu_);
+  std::optional<CaptureRecord> capture_ ABSL_GUARDED_BY(mu_);
   // Scratch of a launch and of a replay, which hold mu_ throughout: kept with its
   // capacity, so a warm replay allocates nothing.
   std::vector<ArgValue> launch_args_ ABSL_GUARDED_BY(mu_);

@@ -7,6 +7,7 @@
 #include "drivers/driver.h"
 #include "engine/call.h"
 #include "engine/engine.h"
+#include "engine/replay.h"
 #include "engine/session.h"
 #include "replayd/v1/replayd.pb.h"
 

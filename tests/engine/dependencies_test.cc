@@ -2,8 +2,8 @@
 
 #include <gmock/gmock.h>
 
+#include "engine/buffer.h"
 #include "engine/graph_instance.h"
-#include "engine/session.h"
 
 namespace replayd {
 namespace {
