@@ -22,6 +22,7 @@
 #include "server/admin_service.h"
 #include "server/authenticator.h"
 #include "server/service.h"
+#include "server/session_stream.h"
 
 namespace replayd {
 

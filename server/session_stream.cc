@@ -194,93 +194,45 @@ bool IsSequence(const v1::SessionRequest& request) {
 
 }  // namespace
 
-// A call of a method served on the completion queue, from the wait for it to its end.
-// gRPC's completions for it come back as Events.
-class QueuedCall {
- public:
-  enum Kind { kNewCall, kRead, kWrite, kFinish, kDone };
-  struct Event {
-    QueuedCall* call;
-    Kind kind;
-  };
-  virtual ~QueuedCall() = default;
-  // Waits for the next call of the method.
-  virtual void Request() = 0;
-  // Handles a completion; `ok` is gRPC's flag for it.
-  virtual void On(Kind kind, bool ok) = 0;
-};
-
-// One unary call, answered by the service's own handler for the method (the code the
-// sync server would run): on the polling thread that received it when the daemon is
-// quiet, else on a worker (the rules of session_stream.h).
-template <typename RequestMessage, typename ReplyMessage>
-class UnaryCall final : public QueuedCall {
- public:
-  using RequestMethod = void (SessionStreamService::*)(grpc::ServerContext*, RequestMessage*,
-                                                       grpc::ServerAsyncResponseWriter<ReplyMessage>*,
-                                                       grpc::CompletionQueue*, grpc::ServerCompletionQueue*, void*);
-  using Handler = grpc::Status (v1::Replayd::Service::*)(grpc::ServerContext*, const RequestMessage*, ReplyMessage*);
-
-  UnaryCall(SessionStreamServer& server, RequestMethod request, Handler handler)
-      : server_(server), request_method_(request), handler_(handler) {}
-
-  void Request() override {
-    (server_.service_.*request_method_)(&context_, &request_, &responder_, server_.queue_.get(), server_.queue_.get(),
-                                        &new_call_);
-  }
-
-  void On(Kind kind, bool ok) override {
-    // Once Run has started the reply, another thread may take its completion and delete
-    // this call: nothing of it is used after Run.
-    SessionStreamServer& server = server_;
-    if (kind == kNewCall && ok) {
-      server.Listen(new UnaryCall(server, request_method_, handler_));
-      if (server.RunHere()) {
-        Run();
-        server.ReleaseInlineSlot();
-      } else {
-        // The tenant is needed to count its workers; a caller without one takes none.
-        absl::StatusOr<std::shared_ptr<const Tenant>> caller = server.auth_.Authenticate(context_);
-        absl::Status s = caller.ok() ? server.HandOff((*caller)->name, [this] { Run(); }) : caller.status();
-        if (!s.ok()) responder_.Finish(reply_, ToGrpc(s), &finish_);
-      }
-      return;
-    }
-    // Finished, or no call as the server is shutting down.
-    delete this;
-    server.Ended();
-  }
-
- private:
-  void Run() {
-    grpc::Status status;
-    {
-      SessionStreamServer::RunningOperation running(server_);
-      v1::Replayd::Service& service = server_.service_;
-      status = (service.*handler_)(&context_, &request_, &reply_);
-    }
-    responder_.Finish(reply_, status, &finish_);
-  }
-
-  SessionStreamServer& server_;
-  const RequestMethod request_method_;
-  const Handler handler_;
-  grpc::ServerContext context_;
-  RequestMessage request_;
-  ReplyMessage reply_;
-  grpc::ServerAsyncResponseWriter<ReplyMessage> responder_{&context_};
-  Event new_call_{this, kNewCall}, finish_{this, kFinish};
-};
-
-// One Session call. Each outstanding completion, and each thread holding the turn, holds
-// a reference, and the last one released deletes the stream.
+// One call of Session: reads requests, runs them in order, one at a time, on whichever
+// thread holds the turn (the polling thread that read one, or a worker), and writes their
+// replies in order.
+//
+// Its lifecycle is its Phase:
+//   kWaiting    Request has asked for a call. The call arrives: kOpen once its caller is
+//               known, else kFinishing with the authentication error.
+//   kOpen       Requests are read while fewer than `window` are unanswered, and run. The
+//               client finishes sending: kHalfClosed.
+//   kHalfClosed What was read runs and is answered; then kFinishing.
+//   kBroken     The call was cancelled (the client gone, its deadline passed) or a write
+//               failed, in any phase before kFinishing (even kWaiting: with two threads
+//               polling, the done event may be handled before the new call). Nothing
+//               queued runs, nothing more is read or written, replies are dropped. Once
+//               the read in flight has come back and the turn is given up: kFinishing.
+//   kFinishing  Finish has been started; the stream ends with its last completion.
+// Beside its phase the stream has three activities, each at most one at a time and
+// independent of the others: a read in flight (reading_), a write in flight (writing_) and
+// the turn to run the queued requests (turn_held_).
+//
+// Ownership: the stream deletes itself when its last reference is released (Release), and
+// only then counts as ended for the CallQueue. refs_ counts, under mu_:
+//   - each gRPC completion still due: the new call's and the done event's (the first two,
+//     as Request asks for both), and the read's, the write's and the finish's, taken when
+//     StartRead, StartWrite, MaybeFinish or a refused caller start one. On releases the
+//     completion's reference once it has handled it; a new-call event without a call
+//     releases the done event's as well, since no done event follows.
+//   - a worker given the turn (HandOff), released when its Drain returns. A polling thread
+//     running requests inline takes none: it runs them inside OnRead, under the read's
+//     reference. A worker that has given the turn up holds its reference until it returns,
+//     so it may overlap the next worker's.
 class SessionStream final : public QueuedCall, public ReplySink {
  public:
-  explicit SessionStream(SessionStreamServer& server) : server_(server), window_(server.options_.window) {}
+  SessionStream(const CallHost<SessionStreamService>& host, Engine& engine, size_t window)
+      : host_(host), engine_(engine), window_(window) {}
 
   void Request() override {
     context_.AsyncNotifyWhenDone(&done_);
-    server_.service_.RequestSession(&context_, &io_, server_.queue_.get(), server_.queue_.get(), &new_call_);
+    host_.service.RequestSession(&context_, &io_, host_.queue.cq(), host_.queue.cq(), &new_call_);
   }
 
   void On(Kind kind, bool ok) override {
@@ -300,7 +252,7 @@ class SessionStream final : public QueuedCall, public ReplySink {
       case kFinish:
         break;
     }
-    Release();
+    Release();  // the completion's reference
   }
 
   std::unique_ptr<v1::SessionReply> NewReply() override {
@@ -312,9 +264,11 @@ class SessionStream final : public QueuedCall, public ReplySink {
     Io io;
     {
       absl::MutexLock lock(&mu_);
-      auto room = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return broken_ || replies_.size() < window_; };
+      auto room = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+        return phase_ == Phase::kBroken || replies_.size() < window_;
+      };
       mu_.Await(absl::Condition(&room));
-      if (broken_) {
+      if (phase_ == Phase::kBroken) {
         free_replies_.Give(std::move(reply));
         return absl::CancelledError("the stream broke");
       }
@@ -326,6 +280,8 @@ class SessionStream final : public QueuedCall, public ReplySink {
   }
 
  private:
+  enum class Phase { kWaiting, kOpen, kHalfClosed, kBroken, kFinishing };
+
   struct Reply {
     std::unique_ptr<v1::SessionReply> message;
     bool final = false;  // the last reply of its operation
@@ -350,20 +306,22 @@ class SessionStream final : public QueuedCall, public ReplySink {
     if (!ok) {
       // The server is shutting down: no call, and no done event will come.
       absl::MutexLock lock(&mu_);
-      --refs_;
+      --refs_;  // the done event's
       return;
     }
-    server_.Listen(new SessionStream(server_));
-    absl::StatusOr<std::shared_ptr<const Tenant>> caller = server_.auth_.Authenticate(context_);
+    host_.queue.Listen(new SessionStream(host_, engine_, window_));
+    absl::StatusOr<std::shared_ptr<const Tenant>> caller = host_.auth.Authenticate(context_);
     Io io;
     {
       absl::MutexLock lock(&mu_);
-      if (!caller.ok()) {
-        read_closed_ = finishing_ = true;
-        ++refs_;
+      // Past kWaiting, the done event came first: the stream broke before it was served.
+      if (phase_ == Phase::kWaiting && !caller.ok()) {
+        phase_ = Phase::kFinishing;
+        ++refs_;  // the finish's completion
         io.finish = ToGrpc(caller.status());
-      } else {
-        runner_.emplace(server_.engine_, (*caller)->name, *this);
+      } else if (phase_ == Phase::kWaiting) {
+        runner_.emplace(engine_, (*caller)->name, *this);
+        phase_ = Phase::kOpen;
         StartRead(io);
       }
     }
@@ -376,9 +334,9 @@ class SessionStream final : public QueuedCall, public ReplySink {
     {
       absl::MutexLock lock(&mu_);
       std::unique_ptr<v1::SessionRequest> request = std::move(reading_);
-      if (!ok || broken_) {
+      if (!ok || phase_ != Phase::kOpen) {
         // The client has finished sending, or the stream broke.
-        read_closed_ = true;
+        if (phase_ == Phase::kOpen) phase_ = Phase::kHalfClosed;
         free_requests_.Give(std::move(request));
         MaybeFinish(io);
       } else {
@@ -428,9 +386,9 @@ class SessionStream final : public QueuedCall, public ReplySink {
   // Takes the turn to run the queued requests if no thread holds it. True when the
   // calling (polling) thread should run them; otherwise a worker does, or already is.
   bool TakeTurn(Io& io) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    if (running_ || broken_) return false;
-    running_ = true;
-    if (!IsSequence(*requests_.front()) && server_.RunHere()) return true;
+    if (turn_held_ || phase_ == Phase::kBroken) return false;
+    turn_held_ = true;
+    if (!IsSequence(*requests_.front()) && host_.dispatcher.RunHere()) return true;
     HandOff(io);
     return false;
   }
@@ -439,13 +397,13 @@ class SessionStream final : public QueuedCall, public ReplySink {
   // refusal (as failed operations: what follows them is cancelled unless it resumes) and
   // the turn is given up.
   void HandOff(Io& io) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    ++refs_;
-    absl::Status handed = server_.HandOff(runner_->tenant(), [this] {
+    ++refs_;  // the worker's, released after its Drain
+    absl::Status handed = host_.dispatcher.HandOff(runner_->tenant(), [this] {
       Drain(/*inline_slot=*/false);
       Release();
     });
     if (handed.ok()) return;
-    --refs_;  // the caller holds another
+    --refs_;  // no worker took it; the caller's own reference keeps the stream
     for (std::unique_ptr<v1::SessionRequest>& request : requests_) {
       Reply reply{free_replies_.Take(), true};
       runner_->Handle(*request, *reply.message, &handed);
@@ -453,13 +411,14 @@ class SessionStream final : public QueuedCall, public ReplySink {
       free_requests_.Give(std::move(request));
     }
     requests_.clear();
-    running_ = false;
+    turn_held_ = false;
     StartWrite(io);
     StartRead(io);
     MaybeFinish(io);
   }
 
-  // Holding the turn: runs the queued requests in order until none is left.
+  // Holding the turn: runs the queued requests in order until none is left. With
+  // `inline_slot`, on a polling thread that holds one, and a sequence goes to a worker.
   void Drain(bool inline_slot) {
     for (bool more = true; more;) {
       std::unique_ptr<v1::SessionRequest> request;
@@ -467,8 +426,8 @@ class SessionStream final : public QueuedCall, public ReplySink {
       Io io;
       {
         absl::MutexLock lock(&mu_);
-        if (broken_ || requests_.empty()) {
-          running_ = false;
+        if (phase_ == Phase::kBroken || requests_.empty()) {
+          turn_held_ = false;
           MaybeFinish(io);
           more = false;
         } else if (inline_slot && IsSequence(*requests_.front())) {
@@ -482,12 +441,12 @@ class SessionStream final : public QueuedCall, public ReplySink {
       }
       if (request) {
         {
-          SessionStreamServer::RunningOperation running(server_);
+          Dispatcher::RunningOperation running(host_.dispatcher);
           runner_->Handle(*request, *reply.message);
         }
         absl::MutexLock lock(&mu_);
         free_requests_.Give(std::move(request));
-        if (broken_) {
+        if (phase_ == Phase::kBroken) {
           free_replies_.Give(std::move(reply.message));
         } else {
           replies_.push_back(std::move(reply));
@@ -497,39 +456,40 @@ class SessionStream final : public QueuedCall, public ReplySink {
       }
       Start(io);
     }
-    if (inline_slot) server_.ReleaseInlineSlot();
+    if (inline_slot) host_.dispatcher.ReleaseInlineSlot();
   }
 
   void StartRead(Io& io) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    if (reading_ || read_closed_ || broken_ || unanswered_ >= window_) return;
+    if (reading_ || phase_ != Phase::kOpen || unanswered_ >= window_) return;
     reading_ = free_requests_.Take();
-    ++refs_;
+    ++refs_;  // the read's completion
     io.read = reading_.get();
   }
 
   void StartWrite(Io& io) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    if (writing_.message || replies_.empty() || broken_) return;
+    if (writing_.message || replies_.empty() || phase_ == Phase::kBroken) return;
     writing_ = std::move(replies_.front());
     replies_.pop_front();
     // With another reply due, the transport may hold this one and send both together.
     if (!replies_.empty() || !requests_.empty()) io.write_options.set_buffer_hint();
-    ++refs_;
+    ++refs_;  // the write's completion
     io.write = writing_.message.get();
   }
 
   // Ends the call once nothing is left to read, run or write.
   void MaybeFinish(Io& io) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    if (finishing_ || !read_closed_ || reading_ || running_ || !requests_.empty() || writing_.message ||
-        !replies_.empty())
+    if ((phase_ != Phase::kHalfClosed && phase_ != Phase::kBroken) || reading_ || turn_held_ || !requests_.empty() ||
+        writing_.message || !replies_.empty())
       return;
-    finishing_ = true;
-    ++refs_;
+    phase_ = Phase::kFinishing;
+    ++refs_;  // the finish's completion
     io.finish = grpc::Status::OK;
   }
 
-  // The stream is gone: nothing queued runs, nothing more is read or written.
+  // The stream is gone: nothing queued runs, nothing more is read or written. Once
+  // finishing there is nothing left to stop.
   void Break() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    broken_ = read_closed_ = true;
+    if (phase_ != Phase::kFinishing) phase_ = Phase::kBroken;
     for (auto& r : requests_) free_requests_.Give(std::move(r));
     requests_.clear();
     for (auto& r : replies_) free_replies_.Give(std::move(r.message));
@@ -544,12 +504,13 @@ class SessionStream final : public QueuedCall, public ReplySink {
     }
     if (!last) return;
     // Counted as ended only once destroyed: Stop may then shut the queue down.
-    SessionStreamServer& server = server_;
+    CallQueue& queue = host_.queue;
     delete this;
-    server.Ended();
+    queue.Ended();
   }
 
-  SessionStreamServer& server_;
+  const CallHost<SessionStreamService> host_;
+  Engine& engine_;
   const size_t window_;
   grpc::ServerContext context_;
   grpc::ServerAsyncReaderWriter<v1::SessionReply, v1::SessionRequest> io_{&context_};
@@ -559,16 +520,14 @@ class SessionStream final : public QueuedCall, public ReplySink {
   std::optional<StreamRunner> runner_;
 
   absl::Mutex mu_;
-  int refs_ ABSL_GUARDED_BY(mu_) = 2;  // the new-call and done events
+  Phase phase_ ABSL_GUARDED_BY(mu_) = Phase::kWaiting;
+  int refs_ ABSL_GUARDED_BY(mu_) = 2;  // the new-call and done events'; see the class comment
   std::unique_ptr<v1::SessionRequest> reading_ ABSL_GUARDED_BY(mu_);  // the read in flight
   std::deque<std::unique_ptr<v1::SessionRequest>> requests_ ABSL_GUARDED_BY(mu_);  // read, not yet run
   Reply writing_ ABSL_GUARDED_BY(mu_);                                              // the write in flight
   std::deque<Reply> replies_ ABSL_GUARDED_BY(mu_);                                  // waiting to be written
   size_t unanswered_ ABSL_GUARDED_BY(mu_) = 0;  // requests read whose last reply is not written
-  bool running_ ABSL_GUARDED_BY(mu_) = false;   // a thread holds the turn
-  bool read_closed_ ABSL_GUARDED_BY(mu_) = false;
-  bool broken_ ABSL_GUARDED_BY(mu_) = false;
-  bool finishing_ ABSL_GUARDED_BY(mu_) = false;
+  bool turn_held_ ABSL_GUARDED_BY(mu_) = false;  // a thread runs the queued requests
   Recycler<v1::SessionRequest> free_requests_ ABSL_GUARDED_BY(mu_);
   Recycler<v1::SessionReply> free_replies_ ABSL_GUARDED_BY(mu_);
 };
@@ -580,166 +539,42 @@ SessionStreamServer::SessionStreamServer(Engine& engine, const Authenticator& au
       service_(service),
       options_{std::max<size_t>(options.window, 1), std::max(options.threads, 1), std::max<size_t>(options.workers, 1),
                std::max<size_t>(options.workers_per_tenant, 1)},
-      queue_(builder.AddCompletionQueue()),
-      inline_free_(options_.threads),
-      pool_(options_.workers) {}
+      calls_(builder),
+      dispatcher_(options_.threads, options_.workers, options_.workers_per_tenant) {}
 
 SessionStreamServer::~SessionStreamServer() { Stop(); }
 
 void SessionStreamServer::Start() {
-  for (int i = 0; i < options_.threads; ++i) threads_.emplace_back([this] { Poll(); });
-  standby_ = std::thread([this] { Standby(); });
-  Listen(new SessionStream(*this));
+  for (int i = 0; i < options_.threads; ++i) threads_.emplace_back([this] { calls_.Poll(); });
+  dispatcher_.StartStandby([this](absl::Time deadline) { return calls_.PollOnce(deadline); });
+  const CallHost<SessionStreamService> host{service_, calls_, dispatcher_, auth_};
+  calls_.Listen(new SessionStream(host, engine_, options_.window));
   using Service = v1::Replayd::Service;
-  ServeUnary(&SessionStreamService::RequestReplayGraph, &Service::ReplayGraph);
-  ServeUnary(&SessionStreamService::RequestLaunch, &Service::Launch);
-  ServeUnary(&SessionStreamService::RequestKeepAlive, &Service::KeepAlive);
-  ServeUnary(&SessionStreamService::RequestAllocBuffer, &Service::AllocBuffer);
-  ServeUnary(&SessionStreamService::RequestFreeBuffer, &Service::FreeBuffer);
-  ServeUnary(&SessionStreamService::RequestFreeProgram, &Service::FreeProgram);
-  ServeUnary(&SessionStreamService::RequestCopyBuffer, &Service::CopyBuffer);
-  ServeUnary(&SessionStreamService::RequestSynchronize, &Service::Synchronize);
-  ServeUnary(&SessionStreamService::RequestBeginCapture, &Service::BeginCapture);
-  ServeUnary(&SessionStreamService::RequestEndCapture, &Service::EndCapture);
-  ServeUnary(&SessionStreamService::RequestDefineGraph, &Service::DefineGraph);
-  ServeUnary(&SessionStreamService::RequestFreeGraph, &Service::FreeGraph);
-  ServeUnary(&SessionStreamService::RequestGraphInfo, &Service::GraphInfo);
-}
-
-template <typename RequestMessage, typename ReplyMessage, typename AsyncBase>
-void SessionStreamServer::ServeUnary(
-    void (AsyncBase::*request)(grpc::ServerContext*, RequestMessage*, grpc::ServerAsyncResponseWriter<ReplyMessage>*,
-                               grpc::CompletionQueue*, grpc::ServerCompletionQueue*, void*),
-    grpc::Status (v1::Replayd::Service::*handler)(grpc::ServerContext*, const RequestMessage*, ReplyMessage*)) {
-  Listen(new UnaryCall<RequestMessage, ReplyMessage>(*this, request, handler));
+  ServeUnary(host, &SessionStreamService::RequestReplayGraph, &Service::ReplayGraph);
+  ServeUnary(host, &SessionStreamService::RequestLaunch, &Service::Launch);
+  ServeUnary(host, &SessionStreamService::RequestKeepAlive, &Service::KeepAlive);
+  ServeUnary(host, &SessionStreamService::RequestAllocBuffer, &Service::AllocBuffer);
+  ServeUnary(host, &SessionStreamService::RequestFreeBuffer, &Service::FreeBuffer);
+  ServeUnary(host, &SessionStreamService::RequestFreeProgram, &Service::FreeProgram);
+  ServeUnary(host, &SessionStreamService::RequestCopyBuffer, &Service::CopyBuffer);
+  ServeUnary(host, &SessionStreamService::RequestSynchronize, &Service::Synchronize);
+  ServeUnary(host, &SessionStreamService::RequestBeginCapture, &Service::BeginCapture);
+  ServeUnary(host, &SessionStreamService::RequestEndCapture, &Service::EndCapture);
+  ServeUnary(host, &SessionStreamService::RequestDefineGraph, &Service::DefineGraph);
+  ServeUnary(host, &SessionStreamService::RequestFreeGraph, &Service::FreeGraph);
+  ServeUnary(host, &SessionStreamService::RequestGraphInfo, &Service::GraphInfo);
 }
 
 void SessionStreamServer::Stop() {
   if (stopped_) return;
   stopped_ = true;
-  {
-    absl::MutexLock lock(&mu_);
-    stopping_ = true;
-    auto ended = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return live_ == 0; };
-    mu_.Await(absl::Condition(&ended));
-  }
-  queue_->Shutdown();
-  if (threads_.empty()) Poll();  // never started: drain the queue here
+  // From here the standby thread takes no more turns; the polling threads serve the calls
+  // until they have ended.
+  dispatcher_.StopStandby();
+  calls_.Close();
+  if (threads_.empty()) calls_.Poll();  // never started: drain the queue here
   for (std::thread& t : threads_) t.join();
-  if (standby_.joinable()) standby_.join();
-}
-
-void SessionStreamServer::Listen(QueuedCall* call) {
-  {
-    absl::MutexLock lock(&mu_);
-    if (stopping_) {
-      delete call;
-      return;
-    }
-    ++live_;
-  }
-  call->Request();
-}
-
-void SessionStreamServer::Ended() {
-  absl::MutexLock lock(&mu_);
-  --live_;
-}
-
-void SessionStreamServer::Dispatch(void* tag, bool ok) {
-  auto* event = static_cast<QueuedCall::Event*>(tag);
-  event->call->On(event->kind, ok);
-}
-
-void SessionStreamServer::Poll() {
-  void* tag;
-  bool ok;
-  while (queue_->Next(&tag, &ok)) Dispatch(tag, ok);
-}
-
-void SessionStreamServer::Standby() {
-  absl::MutexLock lock(&mu_);
-  while (!stopping_) {
-    if (SteadyNowNs() - last_inline_ns_.load(std::memory_order_relaxed) > kIdleNs) {
-      // Nothing has run inline for a while: sleep until something does.
-      standby_asleep_.store(true, std::memory_order_relaxed);
-      auto woken = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-        return stopping_ || !standby_asleep_.load(std::memory_order_relaxed);
-      };
-      mu_.Await(absl::Condition(&woken));
-      continue;
-    }
-    mu_.AwaitWithTimeout(absl::Condition(&stopping_), kStall);
-    const int64_t since = saturated_since_ns_.load(std::memory_order_acquire);
-    if (stopping_ || since == 0 || SteadyNowNs() - since < absl::ToInt64Nanoseconds(kStall)) continue;
-    // Every polling thread has been running an operation for kStall: poll in their place
-    // until one is free. What arrives now finds no inline slot and goes to a worker.
-    mu_.Unlock();
-    void* tag;
-    bool ok;
-    while (inline_free_.load(std::memory_order_acquire) == 0) {
-      auto next = queue_->AsyncNext(&tag, &ok, absl::ToChronoTime(absl::Now() + kStall));
-      if (next == grpc::CompletionQueue::SHUTDOWN) break;
-      if (next == grpc::CompletionQueue::GOT_EVENT) Dispatch(tag, ok);
-    }
-    mu_.Lock();
-  }
-}
-
-bool SessionStreamServer::Quiet() {
-  return running_.load(std::memory_order_acquire) == 0 &&
-         SteadyNowNs() - last_handoff_ns_.load(std::memory_order_relaxed) > kBusyNs;
-}
-
-absl::Status SessionStreamServer::HandOff(const std::string& tenant, std::function<void()> task) {
-  last_handoff_ns_.store(SteadyNowNs(), std::memory_order_relaxed);
-  {
-    absl::MutexLock lock(&workers_mu_);
-    size_t& held = tenant_workers_[tenant];
-    if (held >= options_.workers_per_tenant) {
-      return absl::ResourceExhaustedError(absl::StrCat("no worker for it: tenant ", tenant, " has ", held,
-                                                       " operations on workers, its most "
-                                                       "(--stream_workers_per_tenant); try again"));
-    }
-    ++held;
-  }
-  // The worker gives its count back after the task, which may end the call; the server
-  // outlives its workers (pool_ is destroyed first).
-  if (pool_.Run([this, tenant, task = std::move(task)] {
-        task();
-        ReleaseWorker(tenant);
-      }))
-    return absl::OkStatus();
-  ReleaseWorker(tenant);
-  return absl::ResourceExhaustedError(absl::StrCat("no worker free to run it: the daemon runs at most ", options_.workers,
-                                                   " operations at once on workers (--stream_workers); try again"));
-}
-
-void SessionStreamServer::ReleaseWorker(const std::string& tenant) {
-  absl::MutexLock lock(&workers_mu_);
-  auto it = tenant_workers_.find(tenant);
-  if (--it->second == 0) tenant_workers_.erase(it);
-}
-
-bool SessionStreamServer::TakeInlineSlot() {
-  int free = inline_free_.load(std::memory_order_relaxed);
-  do {
-    if (free == 0) return false;
-  } while (!inline_free_.compare_exchange_weak(free, free - 1, std::memory_order_acquire));
-  const int64_t now = SteadyNowNs();
-  last_inline_ns_.store(now, std::memory_order_relaxed);
-  if (free == 1) saturated_since_ns_.store(now, std::memory_order_release);
-  if (standby_asleep_.load(std::memory_order_relaxed)) {
-    absl::MutexLock lock(&mu_);
-    standby_asleep_.store(false, std::memory_order_relaxed);
-  }
-  return true;
-}
-
-void SessionStreamServer::ReleaseInlineSlot() {
-  // Cleared first: a thread that takes the slot next sets it again.
-  saturated_since_ns_.store(0, std::memory_order_release);
-  inline_free_.fetch_add(1, std::memory_order_release);
+  dispatcher_.JoinStandby();
 }
 
 }  // namespace replayd

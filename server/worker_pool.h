@@ -1,5 +1,5 @@
 // Threads for work that may block for long: a Session stream's operations when they cannot
-// run on the thread that received them (see session_stream.h). Run hands the work to an
+// run on the thread that received them (see dispatch.h). Run hands the work to an
 // idle worker or starts a new one, so one blocked task never delays another; a worker
 // left idle for `idle_exit` ends, so a burst of streams does not keep its threads. At
 // most `max_threads` run: past that (or when the system refuses a thread) Run refuses the

@@ -1,0 +1,183 @@
+// Calls served on a gRPC completion queue: the machinery the Session stream and the unary
+// methods served beside it share (see session_stream.h).
+//
+// A QueuedCall is one call of one method, from the wait for it to its end. Every gRPC
+// operation it starts names one of its Events as the tag, and the thread that takes the
+// completion from the CallQueue hands it to the call's On. A call that has received its
+// call first listens for the next one of its method (a new QueuedCall), so each method
+// always has a call waiting. A call deletes itself after its last completion and then
+// tells the CallQueue, which shuts the queue down only once every call has ended.
+//
+// UnaryCall is the call of a unary method, answered by the service's own handler for it
+// (the code gRPC's sync server would run) where the Dispatcher says: on the polling thread
+// that received it, or on a worker.
+#ifndef REPLAYD_SERVER_QUEUED_CALL_H_
+#define REPLAYD_SERVER_QUEUED_CALL_H_
+
+#include <grpcpp/grpcpp.h>
+
+#include <memory>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "server/authenticator.h"
+#include "server/dispatch.h"
+#include "server/status.h"
+
+namespace replayd {
+
+class QueuedCall {
+ public:
+  // What a completion is for: the call arriving, a read, a write or the finish completing,
+  // or the call being done (AsyncNotifyWhenDone).
+  enum Kind { kNewCall, kRead, kWrite, kFinish, kDone };
+  // The tag of a gRPC operation: the call it belongs to and what it is.
+  struct Event {
+    QueuedCall* call;
+    Kind kind;
+  };
+  virtual ~QueuedCall() = default;
+  // Asks gRPC for the next call of the method.
+  virtual void Request() = 0;
+  // Handles a completion; `ok` is gRPC's flag for it. May delete the call.
+  virtual void On(Kind kind, bool ok) = 0;
+};
+
+// The completion queue the calls are served on, and the count of calls alive on it.
+// Thread-safe.
+class CallQueue {
+ public:
+  // Adds the queue to `builder`, before BuildAndStart.
+  explicit CallQueue(grpc::ServerBuilder& builder) : queue_(builder.AddCompletionQueue()) {}
+  CallQueue(const CallQueue&) = delete;
+  CallQueue& operator=(const CallQueue&) = delete;
+
+  grpc::ServerCompletionQueue* cq() { return queue_.get(); }
+  // Counts `call` alive and has it wait for its method's next call; once Close has begun,
+  // deletes it instead.
+  void Listen(QueuedCall* call);
+  // Counts a call ended; the call calls it once it has deleted itself.
+  void Ended();
+  // Handles completions until the queue has been shut down and drained.
+  void Poll();
+  // Handles at most one completion, waiting for it until `deadline`. False once the queue
+  // has been shut down.
+  bool PollOnce(absl::Time deadline);
+  // Listens for no more calls, waits until every call has ended, then shuts the queue down.
+  void Close();
+
+ private:
+  static void Handle(void* tag, bool ok);
+
+  std::unique_ptr<grpc::ServerCompletionQueue> queue_;
+  absl::Mutex mu_;
+  int live_ ABSL_GUARDED_BY(mu_) = 0;  // calls, counting those waiting to be called
+  bool closing_ ABSL_GUARDED_BY(mu_) = false;
+};
+
+// What the calls served on one queue use of their server; all of it outlives every call.
+template <typename Service>
+struct CallHost {
+  Service& service;           // the async service whose methods the calls wait for
+  CallQueue& queue;           // where they wait, and are counted
+  Dispatcher& dispatcher;     // where received calls run
+  const Authenticator& auth;  // the caller's tenant, for the workers it may hold
+};
+
+// One call of a unary method of `Service`. Its lifecycle, in State:
+//   kWaiting   Request has asked for a call. The new-call completion brings one: the next
+//              call is listened for and this one goes kRunning. Without one (the server is
+//              shutting down) the call is deleted.
+//   kRunning   The handler runs, on the polling thread that received the call or on a
+//              worker (it waits for one in between); then the reply is finished: kReplying.
+//              With no worker to be had, or an unknown caller when one was needed, the call
+//              is finished with that status instead, the handler unrun.
+//   kReplying  Finish has been started; its completion, sent or not, deletes the call.
+template <typename Service, typename RequestMessage, typename ReplyMessage>
+class UnaryCall final : public QueuedCall {
+ public:
+  using RequestMethod = void (Service::*)(grpc::ServerContext*, RequestMessage*,
+                                          grpc::ServerAsyncResponseWriter<ReplyMessage>*, grpc::CompletionQueue*,
+                                          grpc::ServerCompletionQueue*, void*);
+  using Handler = grpc::Status (Service::*)(grpc::ServerContext*, const RequestMessage*, ReplyMessage*);
+
+  UnaryCall(const CallHost<Service>& host, RequestMethod request, Handler handler)
+      : host_(host), request_method_(request), handler_(handler) {}
+
+  void Request() override {
+    (host_.service.*request_method_)(&context_, &request_, &responder_, host_.queue.cq(), host_.queue.cq(),
+                                     &new_call_);
+  }
+
+  void On(Kind /*kind*/, bool ok) override {
+    if (state_ == State::kWaiting && ok) {
+      Received();
+      return;
+    }
+    CallQueue& queue = host_.queue;
+    delete this;
+    queue.Ended();
+  }
+
+ private:
+  enum class State { kWaiting, kRunning, kReplying };
+
+  void Received() {
+    host_.queue.Listen(new UnaryCall(host_, request_method_, handler_));
+    state_ = State::kRunning;
+    // Once Run has started the reply, another thread may take its completion and delete
+    // this call: nothing of it is used after Run.
+    Dispatcher& dispatcher = host_.dispatcher;
+    if (dispatcher.RunHere()) {
+      Run();
+      dispatcher.ReleaseInlineSlot();
+      return;
+    }
+    // The tenant is needed to count its workers; a caller without one takes none.
+    absl::StatusOr<std::shared_ptr<const Tenant>> caller = host_.auth.Authenticate(context_);
+    absl::Status s = caller.ok() ? dispatcher.HandOff((*caller)->name, [this] { Run(); }) : caller.status();
+    if (s.ok()) return;
+    state_ = State::kReplying;
+    responder_.Finish(reply_, ToGrpc(s), &finish_);
+  }
+
+  void Run() {
+    grpc::Status status;
+    {
+      Dispatcher::RunningOperation running(host_.dispatcher);
+      status = (host_.service.*handler_)(&context_, &request_, &reply_);
+    }
+    state_ = State::kReplying;
+    responder_.Finish(reply_, status, &finish_);
+  }
+
+  const CallHost<Service> host_;
+  const RequestMethod request_method_;
+  const Handler handler_;
+  // Written by the thread that has the call (the poller that received it, then the worker
+  // that runs it); gRPC's queue and the pool order the hand-overs.
+  State state_ = State::kWaiting;
+  grpc::ServerContext context_;
+  RequestMessage request_;
+  ReplyMessage reply_;
+  grpc::ServerAsyncResponseWriter<ReplyMessage> responder_{&context_};
+  Event new_call_{this, kNewCall}, finish_{this, kFinish};
+};
+
+// Serves a unary method on `host`'s queue: `request` is the service's Request<Method>,
+// `handler` its synchronous handler, which answers each call. Call once per method: each
+// call received listens for the next.
+template <typename Service, typename RequestMessage, typename ReplyMessage, typename AsyncBase, typename HandlerBase>
+void ServeUnary(const CallHost<Service>& host,
+                void (AsyncBase::*request)(grpc::ServerContext*, RequestMessage*,
+                                           grpc::ServerAsyncResponseWriter<ReplyMessage>*, grpc::CompletionQueue*,
+                                           grpc::ServerCompletionQueue*, void*),
+                grpc::Status (HandlerBase::*handler)(grpc::ServerContext*, const RequestMessage*, ReplyMessage*)) {
+  host.queue.Listen(new UnaryCall<Service, RequestMessage, ReplyMessage>(host, request, handler));
+}
+
+}  // namespace replayd
+
+#endif  // REPLAYD_SERVER_QUEUED_CALL_H_
