@@ -39,11 +39,14 @@ Engine::~Engine() {
   }
   reaper_.join();
   absl::flat_hash_map<SessionId, std::shared_ptr<Session>> sessions;
+  std::vector<std::shared_ptr<Session>> closing;
   {
     absl::MutexLock lock(&mu_);
     sessions.swap(sessions_);
+    closing.swap(closing_);
   }
   for (auto& [id, session] : sessions) session->Close();
+  for (auto& session : closing) session->Close();
 }
 
 
@@ -164,9 +167,39 @@ absl::Status Engine::CloseSession(absl::string_view tenant, SessionId id) {
     session = std::move(it->second);
     sessions_.erase(it);
   }
-  session->Close();
-  spdlog::debug("session {:016x} closed", id);
+  CloseOrDefer(std::move(session), "closed");
   return absl::OkStatus();
+}
+
+void Engine::CloseOrDefer(std::shared_ptr<Session> session, absl::string_view why) {
+  if (session->TryClose()) {
+    spdlog::debug("session {:016x} {}", session->id(), std::string(why));
+    return;
+  }
+  spdlog::info("session {:016x} of {} {} while an operation runs: freed when it ends", session->id(),
+               session->tenant(), std::string(why));
+  absl::MutexLock lock(&mu_);
+  closing_.push_back(std::move(session));
+}
+
+int Engine::CloseDeferred() {
+  std::vector<std::shared_ptr<Session>> closing;
+  {
+    absl::MutexLock lock(&mu_);
+    closing.swap(closing_);
+  }
+  int closed = 0;
+  std::vector<std::shared_ptr<Session>> still;
+  for (auto& s : closing) {
+    if (s->TryClose()) {
+      ++closed;
+    } else {
+      still.push_back(std::move(s));
+    }
+  }
+  absl::MutexLock lock(&mu_);
+  closing_.insert(closing_.end(), std::make_move_iterator(still.begin()), std::make_move_iterator(still.end()));
+  return closed;
 }
 
 absl::StatusOr<std::string> Engine::AdminCloseSession(SessionId id) {
@@ -179,8 +212,9 @@ absl::StatusOr<std::string> Engine::AdminCloseSession(SessionId id) {
     sessions_.erase(it);
   }
   spdlog::info("session {:016x} of {} closed by an admin", id, session->tenant());
-  session->Close();
-  return session->tenant();
+  std::string tenant = session->tenant();
+  CloseOrDefer(std::move(session), "closed by an admin");
+  return tenant;
 }
 
 int Engine::ReapExpired(absl::Time now) {
@@ -196,10 +230,13 @@ int Engine::ReapExpired(absl::Time now) {
       }
     }
   }
+  // A session whose operation still runs (a kernel that does not return) is closed at a
+  // later pass, once it ends: the reaper never waits on one session's work, so the others
+  // are still freed.
+  CloseDeferred();
   for (auto& s : expired) {
-    spdlog::info("session {:016x} of {} expired; freeing {} bytes", s->id(), s->tenant(),
-                 s->memory_in_use());
-    s->Close();
+    spdlog::info("session {:016x} of {} expired; freeing {} bytes", s->id(), s->tenant(), s->memory_in_use());
+    CloseOrDefer(std::move(s), "expired");
   }
   return static_cast<int>(expired.size());
 }

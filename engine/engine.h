@@ -94,7 +94,8 @@ class Engine {
   // tenant; NOT_FOUND if no such session is open.
   absl::StatusOr<std::string> AdminCloseSession(SessionId id);
 
-  // Closes the sessions whose lease has passed at `now`; returns how many.
+  // Closes the sessions whose lease has passed at `now` (one running an operation once it
+  // has ended, at a later call); returns how many expired.
   int ReapExpired(absl::Time now);
   size_t session_count() const;
   // The graph cache counters of `tenant` on `device`; zero when it has none.
@@ -105,6 +106,11 @@ class Engine {
   Engine(EngineOptions options, std::vector<std::unique_ptr<Device>> devices,
          std::unique_ptr<CompileCache> cache);
   void ReaperMain();
+  // Closes `session` now unless an operation of it runs; then it is kept in closing_ and
+  // closed by a later reaper pass, once that operation has ended. `why` is for the log.
+  void CloseOrDefer(std::shared_ptr<Session> session, absl::string_view why);
+  // Closes what closing_ holds that no longer runs an operation; returns how many.
+  int CloseDeferred();
   GraphCache* GraphCacheFor(absl::string_view tenant, const Device* device)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   struct TenantState {
@@ -125,6 +131,9 @@ class Engine {
   absl::flat_hash_map<std::string, TenantState> tenants_ ABSL_GUARDED_BY(mu_);
   std::vector<std::unique_ptr<Scheduler>> schedulers_;  // one per device, in its order
   absl::flat_hash_map<SessionId, std::shared_ptr<Session>> sessions_ ABSL_GUARDED_BY(mu_);
+  // Sessions closed or expired while an operation of theirs ran: out of sessions_ (so
+  // NOT_FOUND to clients), freed by the reaper once the operation ends.
+  std::vector<std::shared_ptr<Session>> closing_ ABSL_GUARDED_BY(mu_);
   absl::BitGen random_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<std::pair<std::string, const Device*>, std::unique_ptr<GraphCache>>
       graph_caches_ ABSL_GUARDED_BY(mu_);

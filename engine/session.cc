@@ -24,6 +24,17 @@ bool Session::Expired(absl::Time now) const { return absl::ToUnixNanos(now) > de
 
 void Session::Close() {
   absl::MutexLock lock(&mu_);
+  CloseLocked();
+}
+
+bool Session::TryClose() {
+  if (!mu_.TryLock()) return false;
+  CloseLocked();
+  mu_.Unlock();
+  return true;
+}
+
+void Session::CloseLocked() {
   if (closed_) return;
   closed_ = true;
   // Wait for submitted work before its memory goes.

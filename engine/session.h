@@ -111,7 +111,10 @@ class Session {
   bool Expired(absl::Time now) const;
 
   // Frees every buffer, program and graph; later operations are NOT_FOUND. Idempotent.
+  // Waits for the operation running, if any.
   void Close();
+  // Close, unless an operation is running: then false, and nothing changes.
+  bool TryClose();
 
   // A new zeroed buffer. INVALID_ARGUMENT for 0 bytes; RESOURCE_EXHAUSTED past the
   // device's free memory.
@@ -163,6 +166,7 @@ class Session {
   absl::Time deadline() const { return absl::FromUnixNanos(deadline_ns_.load()); }
 
  private:
+  void CloseLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status CheckOpen() const ABSL_SHARED_LOCKS_REQUIRED(mu_);
   absl::StatusOr<std::shared_ptr<Buffer>> FindBuffer(Handle buffer) const ABSL_SHARED_LOCKS_REQUIRED(mu_);
   absl::Status PackArgs(const Kernel& kernel, const LaunchOp& op, std::span<const Variable> variables,

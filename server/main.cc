@@ -1,10 +1,12 @@
 // replayd: serves the devices of this machine to remote clients over gRPC.
 #include <signal.h>
 
+#include <cerrno>
 #include <cstdlib>
 #include <filesystem>
 #include <optional>
 #include <string>
+#include <thread>
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
@@ -66,6 +68,10 @@ ABSL_FLAG(bool, cpu_batch_idle, true,
           "on CPU devices, batch turns run their thread at SCHED_IDLE while interactive work is about, so "
           "interactive requests get the CPU at once (needs CAP_SYS_NICE; off with a warning without it)");
 ABSL_FLAG(int, shutdown_grace_seconds, 5, "time calls in flight get to finish at shutdown");
+
+// How long past the grace a stop may take (closing sessions, joining threads) before the
+// daemon exits without waiting.
+constexpr absl::Duration kStopMargin = absl::Seconds(5);
 
 namespace {
 
@@ -200,7 +206,29 @@ int main(int argc, char** argv) {
     }
   }
   spdlog::info("signal {}: shutting down", received);
-  (*daemon)->Shutdown(absl::Seconds(absl::GetFlag(FLAGS_shutdown_grace_seconds)));
+  const absl::Duration grace = absl::Seconds(absl::GetFlag(FLAGS_shutdown_grace_seconds));
+  // The orderly stop waits for calls in flight; one that never ends (a kernel that does
+  // not return) must not keep the daemon up. A second SIGINT or SIGTERM exits at once, and
+  // past the grace and kStopMargin the daemon exits without waiting further.
+  std::thread([signals, limit = grace + kStopMargin] {
+    const absl::Time deadline = absl::Now() + limit;
+    for (;;) {
+      const timespec left = absl::ToTimespec(std::max(deadline - absl::Now(), absl::ZeroDuration()));
+      const int sig = sigtimedwait(&signals, nullptr, &left);
+      if (sig == SIGINT || sig == SIGTERM) {
+        spdlog::warn("signal {} again: exiting at once", sig);
+        std::_Exit(0);
+      }
+      if (sig < 0 && errno == EAGAIN) {
+        spdlog::error("the stop did not finish within {}: an operation still runs (a kernel that does not "
+                      "return?); exiting without waiting for it",
+                      absl::FormatDuration(limit));
+        std::_Exit(1);
+      }
+      // SIGHUP, or an interrupted wait: wait on for the rest of the time.
+    }
+  }).detach();
+  (*daemon)->Shutdown(grace);
   daemon->reset();
   spdlog::info("stopped");
   return 0;

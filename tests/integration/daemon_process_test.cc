@@ -9,6 +9,7 @@
 
 #include <fstream>
 #include <sstream>
+#include <thread>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
@@ -128,6 +129,59 @@ TEST(DaemonProcessTest, AKindWithoutDevicesSaysWhyOnceAndTheRestServe) {
   }
   EXPECT_TRUE(absl::StrContains(text.str(), "device cpu:0")) << text.str();
 }
+
+// A daemon whose session runs a cpu-c kernel that never returns still stops: SIGTERM gives
+// calls the grace, then the daemon exits without waiting on the endless one (exit 1,
+// saying why); a second SIGTERM exits at once (exit 0).
+class EndlessKernelTest : public ::testing::TestWithParam<bool> {};
+
+TEST_P(EndlessKernelTest, SigtermStopsTheDaemon) {
+  const bool twice = GetParam();
+  TempDir dir;
+  const std::string address = absl::StrCat("127.0.0.1:", FreePort());
+  const auto log = dir.path() / "log";
+  pid_t pid = Spawn({REPLAYD_BINARY, "--listen=" + address, "--cache_dir=" + (dir.path() / "cache").string(),
+                     "--shutdown_grace_seconds=1", "--devices=cpu"},
+                    log);
+  ASSERT_GT(pid, 0);
+  Client c = Client::Connect(address);
+  absl::StatusOr<Session> session = absl::UnavailableError("not yet");
+  for (int i = 0; i < 100 && !session.ok(); ++i) {
+    session = c.OpenSession("cpu:0");
+    if (!session.ok()) absl::SleepFor(absl::Milliseconds(100));
+  }
+  ASSERT_TRUE(session.ok()) << session.status();
+  auto program = session->Load({"cpu-c", "void endless(int *x) { for (;;) __atomic_store_n(x, 1, 0); }", "endless",
+                                *ParseSignature("inout"), {}});
+  auto x = session->Alloc(64);
+  ASSERT_TRUE(program.ok() && x.ok()) << program.status() << x.status();
+  std::thread launch([&] {
+    session->Launch(*program, {View{&*x}}, {1, 1, 1}, {1, 1, 1}, true).status().IgnoreError();
+  });
+  absl::SleepFor(absl::Milliseconds(500));  // the kernel runs by then
+  const absl::Time start = absl::Now();
+  ASSERT_EQ(kill(pid, SIGTERM), 0);
+  if (twice) {
+    absl::SleepFor(absl::Milliseconds(300));
+    ASSERT_EQ(kill(pid, SIGTERM), 0);
+  }
+  const int code = WaitExit(pid);
+  const absl::Duration took = absl::Now() - start;
+  launch.join();  // its call fails once the daemon is gone
+  std::stringstream text;
+  text << std::ifstream(log).rdbuf();
+  if (twice) {
+    EXPECT_EQ(code, 0) << text.str();
+    EXPECT_TRUE(absl::StrContains(text.str(), "again: exiting at once")) << text.str();
+  } else {
+    EXPECT_EQ(code, 1) << text.str();
+    EXPECT_TRUE(absl::StrContains(text.str(), "exiting without waiting for it")) << text.str();
+  }
+  EXPECT_LT(took, absl::Seconds(30)) << "the daemon did not stop by itself";
+}
+
+INSTANTIATE_TEST_SUITE_P(Signals, EndlessKernelTest, ::testing::Values(false, true),
+                         [](const ::testing::TestParamInfo<bool>& info) { return info.param ? "Twice" : "Once"; });
 
 }  // namespace
 }  // namespace replayd::client

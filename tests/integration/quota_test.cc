@@ -301,5 +301,64 @@ TEST_F(DefaultTenantTest, HasBoundedSessions) {
   EXPECT_TRUE(again.ok()) << again.status();
 }
 
+// The reaper never waits on one session's running work: while a session's long launch
+// runs past its lease, another session that expired meanwhile is freed at once, and the
+// long one is freed when its launch ends.
+class LeaseTest : public DaemonFixture {
+ protected:
+  void SetUp() override {
+    Options options;
+    options.lease = absl::Seconds(1);
+    Start(options);
+  }
+};
+
+TEST_F(LeaseTest, AnExpiredSessionIsFreedWhileAnotherRunsPastItsLease) {
+  const uint64_t baseline = FreeMemory();
+  auto busy = client().OpenSession("cpu:0");
+  ASSERT_TRUE(busy.ok()) << busy.status();
+  ProgramSpec spin{"cpu-c", kSpinSource, "spin", *ParseSignature("inout,int32"), {}};
+  auto program = busy->Load(spin);
+  auto counter = busy->Alloc(64);
+  ASSERT_TRUE(program.ok() && counter.ok());
+  std::atomic<bool> launch_ended{false};
+  std::thread long_launch([&] {
+    // 6 s: far past the 1 s lease. Its session expires meanwhile; the launch still ends well.
+    busy->Launch(*program, {View{&*counter}, int64_t{6000}}, {1, 1, 1}, {1, 1, 1}, true).status().IgnoreError();
+    launch_ended = true;
+  });
+  absl::SleepFor(absl::Milliseconds(300));  // the launch runs by then
+  {
+    // A client that opens a session, allocates 10 MiB and goes away without a word.
+    grpc::ClientContext open_ctx;
+    v1::OpenSessionRequest open;
+    open.set_device("cpu:0");
+    v1::OpenSessionReply opened;
+    ASSERT_TRUE(stub().OpenSession(&open_ctx, open, &opened).ok());
+    grpc::ClientContext alloc_ctx;
+    v1::AllocBufferRequest alloc;
+    alloc.set_session(opened.session());
+    alloc.set_bytes(10 << 20);
+    v1::AllocBufferReply allocated;
+    ASSERT_TRUE(stub().AllocBuffer(&alloc_ctx, alloc, &allocated).ok());
+  }
+  // The bystander's 10 MiB comes back while the long launch still runs.
+  bool freed = false;
+  for (int i = 0; i < 50 && !launch_ended && !freed; ++i) {
+    absl::SleepFor(absl::Milliseconds(100));
+    freed = FreeMemory() >= baseline - (1 << 20);
+  }
+  EXPECT_TRUE(freed) << "the expired bystander was not freed";
+  EXPECT_FALSE(launch_ended) << "the long launch ended before the check: the test proved nothing";
+  long_launch.join();
+  // The busy session expired during its launch: it is freed once the launch has ended.
+  bool all_back = false;
+  for (int i = 0; i < 50 && !all_back; ++i) {
+    absl::SleepFor(absl::Milliseconds(100));
+    all_back = FreeMemory() == baseline;
+  }
+  EXPECT_TRUE(all_back) << FreeMemory() << " free, " << baseline << " at the start";
+}
+
 }  // namespace
 }  // namespace replayd::client
