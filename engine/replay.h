@@ -62,6 +62,9 @@ struct ReplaySequenceOp {
   uint64_t count = 0;
   std::vector<ViewArg> reads;  // taken after each replay that reports them
   bool stream_reads = false;   // report every replay's reads, not only the last's
+  // Asked before each replay after the first: true stops the sequence there, CANCELLED
+  // (its requester is gone: a broken stream). Unset: the sequence runs to its end.
+  std::function<bool()> stopped;
 };
 
 // Most replays in one sequence.

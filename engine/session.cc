@@ -501,6 +501,9 @@ absl::StatusOr<SequenceResult> Session::ReplaySequence(const ReplaySequenceOp& o
   // with no gap; it is given back before reads go to the client.
   std::optional<Scheduler::Turn> turn;
   for (uint64_t i = 0; i < count; ++i) {
+    if (i > 0 && op.stopped && op.stopped())
+      return absl::CancelledError(absl::StrCat("the sequence stopped after ", i, " of ", count,
+                                               " replays: its stream ended"));
     const bool report = op.stream_reads || i + 1 == count;
     if (turn) {
       env_.scheduler->Renew(*turn);

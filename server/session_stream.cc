@@ -30,6 +30,8 @@ class ReplySink {
   // Queues `reply` for writing; waits while the stream has too many unsent. CANCELLED
   // once the stream has broken.
   virtual absl::Status Send(std::unique_ptr<v1::SessionReply> reply) = 0;
+  // True once the stream has broken (cancelled, its client gone): nothing more reaches it.
+  virtual bool Broken() = 0;
 };
 
 // Runs one operation; fills `reply` (seq, final and the status are the caller's).
@@ -90,6 +92,8 @@ class StreamOps {
   absl::Status RunSequence(Session& session, const v1::SessionRequest& request, v1::SessionReply& reply) {
     absl::StatusOr<ReplaySequenceOp> op = FromProto(request.replay_sequence());
     if (!op.ok()) return op.status();
+    // A sequence whose stream breaks stops at its next replay, streamed reads or not.
+    op->stopped = [this] { return sink_.Broken(); };
     const uint64_t last = op->vectors.empty() ? op->count - 1 : op->vectors.size() - 1;
     absl::StatusOr<SequenceResult> r =
         session.ReplaySequence(*op, [&](uint64_t index, const ReplayResult& result) -> absl::Status {
@@ -258,6 +262,11 @@ class SessionStream final : public QueuedCall, public ReplySink {
   std::unique_ptr<v1::SessionReply> NewReply() override {
     absl::MutexLock lock(&mu_);
     return free_replies_.Take();
+  }
+
+  bool Broken() override {
+    absl::MutexLock lock(&mu_);
+    return phase_ == Phase::kBroken;
   }
 
   absl::Status Send(std::unique_ptr<v1::SessionReply> reply) override {

@@ -423,6 +423,52 @@ TEST_P(StreamTest, ABrokenStreamRunsNothingMoreAndLeavesTheSessionUsable) {
   EXPECT_EQ(Value(), v * 2 + 1);
 }
 
+// A replay sequence stops at its next replay once its stream is cancelled, streamed reads
+// or not (without them it ran to its end, and held its session meanwhile).
+TEST_P(StreamTest, ASequenceStopsWhenItsStreamIsCancelled) {
+  constexpr char kNap[] = R"(
+#include <time.h>
+void nap(long long *x, int pos) { struct timespec t = {0, 2000000}; nanosleep(&t, 0); x[0] += pos; })";
+  Session s = Open();
+  auto program = s.Load({"cpu-c", kNap, "nap", *ParseSignature("inout,int32"), {}});
+  auto x = s.Alloc(8);
+  ASSERT_TRUE(program.ok() && x.ok()) << program.status() << x.status();
+  ASSERT_TRUE(s.BeginCapture({&*x}, {kPos}).ok());
+  LaunchSpec spec;
+  spec.args = {View{&*x}, Expr{"pos"}};
+  spec.variables = {{kPos, 1}};
+  ASSERT_TRUE(s.Launch(*program, spec).ok());
+  auto graph = s.EndCapture({});
+  ASSERT_TRUE(graph.ok()) << graph.status();
+  constexpr uint32_t kCount = 5000;  // 2 ms each: 10 s to the end
+  {
+    auto raw = OpenRaw();
+    v1::SessionRequest r;
+    r.set_seq(1);
+    r.set_session(s.id());
+    v1::ReplaySequenceRequest* seq = r.mutable_replay_sequence();
+    seq->set_graph(graph->handle());
+    seq->add_base()->set_buffer(x->handle());
+    seq->add_base()->set_int_value(1);
+    seq->set_step_param(1);
+    seq->set_step(0);
+    seq->set_count(kCount);
+    ASSERT_TRUE(raw->stream->Write(r));
+    absl::SleepFor(absl::Milliseconds(300));
+    raw->context.TryCancel();
+    raw->stream->Finish().IgnoreError();
+  }
+  // GraphInfo waits for the session's running operation: the sequence, until it stops.
+  auto info = s.DescribeGraph(*graph);
+  ASSERT_TRUE(info.ok()) << info.status();
+  const uint64_t replays = info->replays();
+  EXPECT_LT(replays, kCount / 2) << "the sequence ran on after its stream was cancelled";
+  absl::SleepFor(absl::Milliseconds(200));
+  auto later = s.DescribeGraph(*graph);
+  ASSERT_TRUE(later.ok()) << later.status();
+  EXPECT_EQ(later->replays(), replays) << "nothing ran after it stopped";
+}
+
 // Resident memory of this process (client and daemon), in bytes.
 int64_t ResidentBytes() {
   std::ifstream status("/proc/self/status");
