@@ -96,7 +96,7 @@ std::optional<absl::Duration> Elapsed(std::chrono::steady_clock::time_point star
 // with CUDA_ERROR_INVALID_VALUE. The engine checks every range, so this is a bug caught.
 absl::Status CheckCopyNode(const CpuDevice& device, size_t index, std::span<const ArgValue> args, uint64_t bytes) {
   for (int side = 0; side < 2; ++side) {
-    if (device.Holds(args[side].address, bytes)) continue;
+    if (device.allocations().Holds(args[side].address, bytes)) continue;
     return absl::InternalError(absl::StrCat("cpu:0: copy node ", index, ": its ", side == 0 ? "destination" : "source",
                                             " [0x", absl::Hex(args[side].address), ", +", bytes,
                                             ") is not inside an allocation of the device"));
@@ -169,12 +169,12 @@ class CpuContext : public Context {
       return absl::ResourceExhaustedError(absl::StrCat("cpu:0: host allocation of ", bytes, " bytes failed"));
     }
     const Allocation a{reinterpret_cast<uint64_t>(p), bytes};
-    device_->Track(a);
+    device_->allocations().Add(a.address, a.bytes);
     return a;
   }
 
   void Free(const Allocation& a) override {
-    device_->Untrack(a);
+    device_->allocations().Remove(a.address);
     void* p = reinterpret_cast<void*>(a.address);
     if (a.bytes >= kMapThreshold) {
       munmap(p, a.bytes);
@@ -267,25 +267,6 @@ CpuDevice::CpuDevice(CpuDriverOptions options)
   info_.target = absl::StrCat(info_.driver_version, " ", CCompiler::kOptimization, " ", CpuFeatureTag());
   struct utsname host;
   info_.architecture = uname(&host) == 0 ? host.machine : "unknown";
-}
-
-void CpuDevice::Track(const Allocation& a) {
-  absl::MutexLock lock(&allocations_mu_);
-  allocations_[a.address] = a.bytes;
-}
-
-void CpuDevice::Untrack(const Allocation& a) {
-  absl::MutexLock lock(&allocations_mu_);
-  allocations_.erase(a.address);
-}
-
-bool CpuDevice::Holds(uint64_t address, uint64_t bytes) const {
-  absl::MutexLock lock(&allocations_mu_);
-  auto it = allocations_.upper_bound(address);
-  if (it == allocations_.begin()) return false;
-  --it;
-  const uint64_t offset = address - it->first;
-  return offset < it->second && bytes <= it->second - offset;
 }
 
 absl::Status CpuDevice::Compile(const ProgramSource& source, const std::filesystem::path& output) {

@@ -5,14 +5,13 @@
 #ifndef REPLAYD_DRIVERS_CPU_CPU_DRIVER_H_
 #define REPLAYD_DRIVERS_CPU_CPU_DRIVER_H_
 
-#include <map>
 #include <memory>
 
-#include "absl/synchronization/mutex.h"
 #include "drivers/cpu/c_compiler.h"
 #include "drivers/cpu/thread_pool.h"
 #include "drivers/device_memory.h"
 #include "drivers/driver.h"
+#include "drivers/live_allocations.h"
 
 namespace replayd {
 
@@ -47,18 +46,15 @@ class CpuDevice : public Device {
   // The live allocations of every context of this device (they share one address space),
   // so that a device graph's copy node is checked as CUDA checks one: on memory the device
   // knows, never a placeholder address.
-  void Track(const Allocation& a);
-  void Untrack(const Allocation& a);
-  // True when [address, address + bytes) lies inside one live allocation.
-  bool Holds(uint64_t address, uint64_t bytes) const;
+  LiveAllocations& allocations() { return allocations_; }
+  const LiveAllocations& allocations() const { return allocations_; }
 
  private:
   DeviceInfo info_;
   CCompiler compiler_;
   ThreadPool pool_;
   DeviceMemory memory_;
-  mutable absl::Mutex allocations_mu_;
-  std::map<uint64_t, uint64_t> allocations_ ABSL_GUARDED_BY(allocations_mu_);  // address -> bytes
+  LiveAllocations allocations_;
 };
 
 }  // namespace replayd

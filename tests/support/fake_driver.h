@@ -23,6 +23,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "drivers/driver.h"
+#include "drivers/live_allocations.h"
 
 namespace replayd::testing {
 
@@ -115,10 +116,7 @@ class FakeDevice : public Device {
     return counts_;
   }
   // Allocations still live.
-  size_t live_allocations() const {
-    absl::MutexLock lock(&mu_);
-    return live_.size();
-  }
+  size_t live_allocations() const { return live_.size(); }
 
   // Device memory: host memory, zeroed.
   absl::StatusOr<Allocation> Allocate(uint64_t bytes) {
@@ -129,7 +127,7 @@ class FakeDevice : public Device {
     void* p = std::calloc(1, bytes);
     if (!p) return absl::ResourceExhaustedError("calloc failed");
     const Allocation a{reinterpret_cast<uint64_t>(p), bytes};
-    live_[a.address] = bytes;
+    live_.Add(a.address, bytes);
     in_use_ += bytes;
     ++counts_.allocations;
     counts_.peak_bytes = std::max(counts_.peak_bytes, in_use_);
@@ -137,12 +135,12 @@ class FakeDevice : public Device {
   }
   void Free(const Allocation& a) {
     absl::MutexLock lock(&mu_);
-    auto it = live_.find(a.address);
-    if (it == live_.end() || it->second != a.bytes) {
+    const uint64_t bytes = live_.Remove(a.address);
+    if (bytes != a.bytes) {  // not live, or freed with another size
+      if (bytes) live_.Add(a.address, bytes);
       ++bad_frees_;
       return;
     }
-    live_.erase(it);
     in_use_ -= a.bytes;
     ++counts_.frees;
     std::free(reinterpret_cast<void*>(a.address));
@@ -154,14 +152,7 @@ class FakeDevice : public Device {
     return bad_frees_;
   }
   // True when [address, address + bytes) lies inside one live allocation.
-  bool Holds(uint64_t address, uint64_t bytes) const {
-    absl::MutexLock lock(&mu_);
-    auto it = live_.upper_bound(address);
-    if (it == live_.begin()) return false;
-    --it;
-    const uint64_t offset = address - it->first;
-    return offset < it->second && bytes <= it->second - offset;
-  }
+  bool Holds(uint64_t address, uint64_t bytes) const { return live_.Holds(address, bytes); }
   // Counts and injects under the device's lock.
   template <typename F>
   auto Locked(F f) {
@@ -172,7 +163,7 @@ class FakeDevice : public Device {
  private:
   DeviceInfo info_;
   mutable absl::Mutex mu_;
-  std::map<uint64_t, uint64_t> live_ ABSL_GUARDED_BY(mu_);
+  LiveAllocations live_;
   uint64_t in_use_ ABSL_GUARDED_BY(mu_) = 0;
   FakeCounts counts_ ABSL_GUARDED_BY(mu_);
   FakeFaults faults_;  // set by the test before the work it affects
