@@ -8,6 +8,7 @@
 
 #include "absl/strings/str_split.h"
 #include "tests/integration/daemon_fixture.h"
+#include "tests/support/graph_def.h"
 #include "tests/support/status_macros.h"
 #ifdef REPLAYD_WITH_CUDA
 #include "drivers/cuda/cuda_driver.h"
@@ -366,32 +367,17 @@ TEST_P(DeviceTest, CopyNodesOnParametersInternalsAndConstants) {
   const std::vector<float> constant = Random(kN, 21);
   Buffer cbuf = Alloc(kN * 4);
   ASSERT_TRUE(session_->WriteVector(cbuf, constant).ok());
-  v1::GraphDef def;
+  replayd::testing::GraphDefBuilder builder;
+  v1::GraphDef& def = builder.def();
   auto* n = def.add_variables();
   n->set_name(kCount.name);
   n->set_min(kCount.min);
   n->set_max(kCount.max);
-  enum Slot : uint32_t { kIn, kOut, kOut2, kT, kU, kC };
-  auto slot = [&](v1::Slot::Kind kind, uint64_t bytes) {
-    auto* sl = def.add_slots();
-    sl->set_kind(kind);
-    sl->set_bytes(bytes);
-    return sl;
-  };
-  slot(v1::Slot::PARAMETER, kN * 4);
-  slot(v1::Slot::PARAMETER, 2 * kN * 4);
-  slot(v1::Slot::PARAMETER, 2 * kN * 4);
-  slot(v1::Slot::INTERNAL, kN * 4);
-  slot(v1::Slot::INTERNAL, kN * 4);
-  slot(v1::Slot::CONSTANT, kN * 4)->set_buffer(cbuf.handle());
-  auto copy = [&](uint32_t dst, uint64_t dst_offset, uint32_t src) {
-    auto* c = def.add_calls()->mutable_copy();
-    c->mutable_dst()->set_slot(dst);
-    c->mutable_dst()->set_offset(dst_offset);
-    c->mutable_dst()->set_length(kN * 4);
-    c->mutable_src()->set_slot(src);
-    c->mutable_src()->set_length(kN * 4);
-  };
+  const uint32_t kIn = builder.Slot(v1::Slot::PARAMETER, kN * 4), kOut = builder.Slot(v1::Slot::PARAMETER, 2 * kN * 4),
+                 kOut2 = builder.Slot(v1::Slot::PARAMETER, 2 * kN * 4), kT = builder.Slot(v1::Slot::INTERNAL, kN * 4),
+                 kU = builder.Slot(v1::Slot::INTERNAL, kN * 4),
+                 kC = builder.Slot(v1::Slot::CONSTANT, kN * 4, cbuf.handle());
+  auto copy = [&](uint32_t dst, uint64_t dst_offset, uint32_t src) { builder.Copy(dst, dst_offset, src, kN * 4); };
   copy(kT, 0, kIn);  // parameter -> internal
   {
     auto* call = def.add_calls();

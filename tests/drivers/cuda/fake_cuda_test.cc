@@ -24,6 +24,7 @@
 #include "drivers/cuda/nvrtc.h"
 #include "tests/integration/daemon_fixture.h"
 #include "tests/support/fake_cuda/fake_cuda.h"
+#include "tests/support/graph_def.h"
 #include "tests/support/status_macros.h"
 
 namespace replayd::client {
@@ -357,28 +358,13 @@ TEST_P(FakeCudaDaemonTest, ACopyGraphOnParametersInternalsAndConstantsReplaysOnF
   {
     Buffer weights = Alloc(kN * 4);
     ASSERT_TRUE(session_->WriteVector(weights, Iota(kN, 1000)).ok());
-    v1::GraphDef def;
-    enum Slot : uint32_t { kIn, kOut, kOut2, kT, kU, kC };
-    auto slot = [&](v1::Slot::Kind kind, uint64_t bytes) {
-      auto* s = def.add_slots();
-      s->set_kind(kind);
-      s->set_bytes(bytes);
-      return s;
-    };
-    slot(v1::Slot::PARAMETER, kN * 4);
-    slot(v1::Slot::PARAMETER, 2 * kN * 4);
-    slot(v1::Slot::PARAMETER, kN * 4);
-    slot(v1::Slot::INTERNAL, kN * 4);
-    slot(v1::Slot::INTERNAL, kN * 4);
-    slot(v1::Slot::CONSTANT, kN * 4)->set_buffer(weights.handle());
-    auto copy = [&](uint32_t dst, uint64_t dst_offset, uint32_t src) {
-      auto* c = def.add_calls()->mutable_copy();
-      c->mutable_dst()->set_slot(dst);
-      c->mutable_dst()->set_offset(dst_offset);
-      c->mutable_dst()->set_length(kN * 4);
-      c->mutable_src()->set_slot(src);
-      c->mutable_src()->set_length(kN * 4);
-    };
+    replayd::testing::GraphDefBuilder builder;
+    v1::GraphDef& def = builder.def();
+    const uint32_t kIn = builder.Slot(v1::Slot::PARAMETER, kN * 4), kOut = builder.Slot(v1::Slot::PARAMETER, 2 * kN * 4),
+                   kOut2 = builder.Slot(v1::Slot::PARAMETER, kN * 4), kT = builder.Slot(v1::Slot::INTERNAL, kN * 4),
+                   kU = builder.Slot(v1::Slot::INTERNAL, kN * 4),
+                   kC = builder.Slot(v1::Slot::CONSTANT, kN * 4, weights.handle());
+    auto copy = [&](uint32_t dst, uint64_t dst_offset, uint32_t src) { builder.Copy(dst, dst_offset, src, kN * 4); };
     copy(kT, 0, kIn);        // parameter -> internal
     copy(kU, 0, kT);         // internal -> internal
     copy(kOut, kN * 4, kU);  // internal -> parameter, at an offset
