@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "client/session_core.h"
 #include "client/stream.h"
 
 namespace replayd::client {
@@ -14,23 +15,23 @@ namespace client_internal {
 
 SessionCore::~SessionCore() { CloseStream(); }
 
-absl::StatusOr<Submitted> SessionCore::Submit(v1::SessionRequest& request, SessionStream::DoneFn done,
-                                              SessionStream::PartialFn partial) {
+absl::StatusOr<Submitted> SessionCore::Submit(v1::SessionRequest& request, Stream::DoneFn done,
+                                              Stream::PartialFn partial) {
   for (int attempt = 0;; ++attempt) {
-    std::shared_ptr<SessionStream> s;
+    std::shared_ptr<Stream> s;
     {
-      absl::MutexLock lock(&mu);
-      if (!stream || !stream->healthy()) stream = std::make_shared<SessionStream>(*stub, token, id, window);
-      s = stream;
+      absl::MutexLock lock(&mu_);
+      if (!stream_ || !stream_->healthy()) stream_ = std::make_shared<Stream>(*stub_, token_, id_, window_);
+      s = stream_;
     }
     absl::StatusOr<uint64_t> seq = s->Submit(request, done, partial);
     if (seq.ok()) return Submitted{std::move(s), *seq};
-    if (attempt > 0 || !SessionStream::IsNotSent(seq.status())) return seq.status();
+    if (attempt > 0 || !Stream::IsNotSent(seq.status())) return seq.status();
   }
 }
 
-absl::Status SessionCore::Run(v1::SessionRequest& request, SessionStream::DoneFn done,
-                              SessionStream::PartialFn partial) {
+absl::Status SessionCore::Run(v1::SessionRequest& request, Stream::DoneFn done,
+                              Stream::PartialFn partial) {
   absl::StatusOr<Submitted> sent = Submit(request, std::move(done), std::move(partial));
   if (!sent.ok()) return sent.status();
   sent->stream->Await(sent->seq);
@@ -38,10 +39,10 @@ absl::Status SessionCore::Run(v1::SessionRequest& request, SessionStream::DoneFn
 }
 
 void SessionCore::CloseStream() {
-  std::shared_ptr<SessionStream> s;
+  std::shared_ptr<Stream> s;
   {
-    absl::MutexLock lock(&mu);
-    s = std::move(stream);
+    absl::MutexLock lock(&mu_);
+    s = std::move(stream_);
   }
   if (s) s->Close();
 }
@@ -65,14 +66,14 @@ template <typename Request, typename Reply>
 void FreeHandle(const std::shared_ptr<client_internal::SessionCore>& core, uint64_t handle,
                 void (Request::*set)(uint64_t),
                 grpc::Status (v1::Replayd::Stub::*rpc)(grpc::ClientContext*, const Request&, Reply*)) {
-  if (!core || handle == 0 || core->closed) return;
+  if (!core || handle == 0 || core->closed()) return;
   grpc::ClientContext context;
-  Authorize(context, core->token);
+  Authorize(context, core->token());
   Request request;
-  request.set_session(core->id);
+  request.set_session(core->id());
   (request.*set)(handle);
   Reply reply;
-  ((*core->stub).*rpc)(&context, request, &reply);
+  ((core->stub()).*rpc)(&context, request, &reply);
 }
 
 }  // namespace
@@ -122,36 +123,38 @@ Session& Session::operator=(Session&& other) noexcept {
 
 Session::~Session() { Close().IgnoreError(); }
 
+uint64_t Session::id() const { return core_->id(); }
+
 absl::Status Session::Close() {
-  if (!core_ || core_->closed.exchange(true)) return absl::OkStatus();
+  if (!core_ || !core_->MarkClosed()) return absl::OkStatus();
   core_->CloseStream();
   grpc::ClientContext context;
-  Authorize(context, core_->token);
+  Authorize(context, core_->token());
   v1::CloseSessionRequest request;
-  request.set_session(core_->id);
+  request.set_session(core_->id());
   v1::CloseSessionReply reply;
-  return FromGrpc(core_->stub->CloseSession(&context, request, &reply));
+  return FromGrpc(core_->stub().CloseSession(&context, request, &reply));
 }
 
 absl::StatusOr<Buffer> Session::Alloc(uint64_t bytes) {
   grpc::ClientContext context;
-  Authorize(context, core_->token);
+  Authorize(context, core_->token());
   v1::AllocBufferRequest request;
-  request.set_session(core_->id);
+  request.set_session(core_->id());
   request.set_bytes(bytes);
   v1::AllocBufferReply reply;
-  absl::Status s = FromGrpc(core_->stub->AllocBuffer(&context, request, &reply));
+  absl::Status s = FromGrpc(core_->stub().AllocBuffer(&context, request, &reply));
   if (!s.ok()) return s;
   return Buffer(core_, reply.buffer(), bytes);
 }
 
 absl::Status Session::Write(const Buffer& buffer, uint64_t offset, std::span<const uint8_t> bytes) {
   grpc::ClientContext context;
-  Authorize(context, core_->token);
+  Authorize(context, core_->token());
   v1::WriteBufferReply reply;
-  auto writer = core_->stub->WriteBuffer(&context, &reply);
+  auto writer = core_->stub().WriteBuffer(&context, &reply);
   v1::WriteChunk chunk;
-  chunk.set_session(core_->id);
+  chunk.set_session(core_->id());
   chunk.set_buffer(buffer.handle());
   size_t done = 0;
   do {
@@ -168,13 +171,13 @@ absl::Status Session::Write(const Buffer& buffer, uint64_t offset, std::span<con
 absl::Status Session::Read(const Buffer& buffer, uint64_t offset, std::span<uint8_t> out) {
   if (out.empty()) return absl::OkStatus();
   grpc::ClientContext context;
-  Authorize(context, core_->token);
+  Authorize(context, core_->token());
   v1::ReadBufferRequest request;
-  request.set_session(core_->id);
+  request.set_session(core_->id());
   request.set_buffer(buffer.handle());
   request.set_offset(offset);
   request.set_length(out.size());
-  auto reader = core_->stub->ReadBuffer(&context, request);
+  auto reader = core_->stub().ReadBuffer(&context, request);
   v1::ReadChunk chunk;
   uint64_t got = 0;
   while (reader->Read(&chunk)) {
@@ -195,16 +198,16 @@ absl::Status Session::Read(const Buffer& buffer, uint64_t offset, std::span<uint
 
 absl::StatusOr<Program> Session::Load(const ProgramSpec& spec) {
   grpc::ClientContext context;
-  Authorize(context, core_->token);
+  Authorize(context, core_->token());
   v1::LoadProgramRequest request;
-  request.set_session(core_->id);
+  request.set_session(core_->id());
   request.set_format(spec.format);
   request.set_code(spec.code);
   request.set_entry(spec.entry);
   *request.mutable_signature() = spec.signature;
   for (const auto& o : spec.options) request.add_options(o);
   v1::LoadProgramReply reply;
-  absl::Status s = FromGrpc(core_->stub->LoadProgram(&context, request, &reply));
+  absl::Status s = FromGrpc(core_->stub().LoadProgram(&context, request, &reply));
   if (!s.ok()) return s;
   return Program(core_, std::move(reply));
 }
@@ -260,7 +263,7 @@ absl::Status ReplyStatus(const v1::SessionReply& reply) {
 // The done callback of a stream operation: `take(reply)` when it succeeded, else the
 // failure, into `out`.
 template <typename Out, typename Take>
-SessionStream::DoneFn ReplyDone(Out out, Take take) {
+Stream::DoneFn ReplyDone(Out out, Take take) {
   return [out = std::move(out), take = std::move(take)](absl::StatusOr<v1::SessionReply> reply) {
     if (!reply.ok()) return out(reply.status());
     if (reply->code() != 0) return out(ReplyStatus(*reply));
@@ -275,7 +278,7 @@ absl::StatusOr<v1::LaunchReply> Session::Launch(const Program& program, const La
   // on the daemon's faster path.
   v1::SessionRequest op;
   v1::LaunchRequest& request = *op.mutable_launch();
-  request.set_session(core_->id);
+  request.set_session(core_->id());
   request.set_program(program.handle());
   for (const KernelArg& arg : spec.args) {
     v1::Arg* a = request.add_args();
@@ -322,45 +325,45 @@ void Graph::Release() {
 
 absl::Status Session::BeginCapture(const std::vector<const Buffer*>& inputs, const std::vector<Variable>& variables) {
   grpc::ClientContext context;
-  Authorize(context, core_->token);
+  Authorize(context, core_->token());
   v1::BeginCaptureRequest request;
-  request.set_session(core_->id);
+  request.set_session(core_->id());
   for (const Buffer* b : inputs) request.add_inputs(b->handle());
   for (const Variable& v : variables) ToProto(v, request.add_variables());
   v1::BeginCaptureReply reply;
-  return FromGrpc(core_->stub->BeginCapture(&context, request, &reply));
+  return FromGrpc(core_->stub().BeginCapture(&context, request, &reply));
 }
 
 absl::StatusOr<Graph> Session::EndCapture(const std::vector<const Buffer*>& outputs) {
   grpc::ClientContext context;
-  Authorize(context, core_->token);
+  Authorize(context, core_->token());
   v1::EndCaptureRequest request;
-  request.set_session(core_->id);
+  request.set_session(core_->id());
   for (const Buffer* b : outputs) request.add_outputs(b->handle());
   v1::GraphReply reply;
-  absl::Status s = FromGrpc(core_->stub->EndCapture(&context, request, &reply));
+  absl::Status s = FromGrpc(core_->stub().EndCapture(&context, request, &reply));
   if (!s.ok()) return s;
   return Graph(core_, std::move(reply));
 }
 
 absl::Status Session::DiscardCapture() {
   grpc::ClientContext context;
-  Authorize(context, core_->token);
+  Authorize(context, core_->token());
   v1::EndCaptureRequest request;
-  request.set_session(core_->id);
+  request.set_session(core_->id());
   request.set_discard(true);
   v1::GraphReply reply;
-  return FromGrpc(core_->stub->EndCapture(&context, request, &reply));
+  return FromGrpc(core_->stub().EndCapture(&context, request, &reply));
 }
 
 absl::StatusOr<Graph> Session::DefineGraph(const v1::GraphDef& def) {
   grpc::ClientContext context;
-  Authorize(context, core_->token);
+  Authorize(context, core_->token());
   v1::DefineGraphRequest request;
-  request.set_session(core_->id);
+  request.set_session(core_->id());
   *request.mutable_graph() = def;
   v1::GraphReply reply;
-  absl::Status s = FromGrpc(core_->stub->DefineGraph(&context, request, &reply));
+  absl::Status s = FromGrpc(core_->stub().DefineGraph(&context, request, &reply));
   if (!s.ok()) return s;
   return Graph(core_, std::move(reply));
 }
@@ -397,12 +400,12 @@ ReplayResult FromProto(v1::ReplayGraphReply& reply) {
 absl::StatusOr<ReplayResult> Session::ReplayUnary(const Graph& graph, const std::vector<ParamArg>& params, bool wait,
                                                   const std::vector<View>& reads) {
   grpc::ClientContext context;
-  Authorize(context, core_->token);
+  Authorize(context, core_->token());
   v1::ReplayGraphRequest request;
-  request.set_session(core_->id);
+  request.set_session(core_->id());
   ReplayToProto(graph, params, wait, reads, &request);
   v1::ReplayGraphReply reply;
-  absl::Status s = FromGrpc(core_->stub->ReplayGraph(&context, request, &reply));
+  absl::Status s = FromGrpc(core_->stub().ReplayGraph(&context, request, &reply));
   if (!s.ok()) return s;
   return FromProto(reply);
 }
@@ -411,7 +414,7 @@ namespace {
 
 // The done callback of a replay: its result, or the failure, into `out`.
 template <typename Out>
-SessionStream::DoneFn ReplayDone(Out out) {
+Stream::DoneFn ReplayDone(Out out) {
   return ReplyDone(std::move(out), [](v1::SessionReply& reply) { return FromProto(*reply.mutable_replay()); });
 }
 
@@ -489,45 +492,45 @@ absl::StatusOr<SequenceResult> Session::ReplaySequence(const Graph& graph, const
 
 absl::StatusOr<v1::GraphReply> Session::DescribeGraph(const Graph& graph) {
   grpc::ClientContext context;
-  Authorize(context, core_->token);
+  Authorize(context, core_->token());
   v1::GraphInfoRequest request;
-  request.set_session(core_->id);
+  request.set_session(core_->id());
   request.set_graph(graph.handle());
   v1::GraphReply reply;
-  absl::Status s = FromGrpc(core_->stub->GraphInfo(&context, request, &reply));
+  absl::Status s = FromGrpc(core_->stub().GraphInfo(&context, request, &reply));
   if (!s.ok()) return s;
   return reply;
 }
 
 absl::StatusOr<v1::CopyBufferReply> Session::Copy(const View& dst, const View& src, bool wait) {
   grpc::ClientContext context;
-  Authorize(context, core_->token);
+  Authorize(context, core_->token());
   v1::CopyBufferRequest request;
-  request.set_session(core_->id);
+  request.set_session(core_->id());
   ToProto(dst, request.mutable_dst());
   ToProto(src, request.mutable_src());
   request.set_wait(wait);
   v1::CopyBufferReply reply;
-  if (absl::Status s = FromGrpc(core_->stub->CopyBuffer(&context, request, &reply)); !s.ok()) return s;
+  if (absl::Status s = FromGrpc(core_->stub().CopyBuffer(&context, request, &reply)); !s.ok()) return s;
   return reply;
 }
 
 absl::Status Session::Synchronize() {
   grpc::ClientContext context;
-  Authorize(context, core_->token);
+  Authorize(context, core_->token());
   v1::SynchronizeRequest request;
-  request.set_session(core_->id);
+  request.set_session(core_->id());
   v1::SynchronizeReply reply;
-  return FromGrpc(core_->stub->Synchronize(&context, request, &reply));
+  return FromGrpc(core_->stub().Synchronize(&context, request, &reply));
 }
 
 absl::Status Session::KeepAlive() {
   grpc::ClientContext context;
-  Authorize(context, core_->token);
+  Authorize(context, core_->token());
   v1::KeepAliveRequest request;
-  request.set_session(core_->id);
+  request.set_session(core_->id());
   v1::KeepAliveReply reply;
-  return FromGrpc(core_->stub->KeepAlive(&context, request, &reply));
+  return FromGrpc(core_->stub().KeepAlive(&context, request, &reply));
 }
 
 Client Client::Connect(const std::string& target, ClientOptions options) {
@@ -584,11 +587,8 @@ absl::StatusOr<Session> Client::OpenSession(const std::string& device) {
   v1::OpenSessionReply reply;
   absl::Status s = FromGrpc(stub_->OpenSession(&context, request, &reply));
   if (!s.ok()) return s;
-  auto core = std::make_shared<client_internal::SessionCore>();
-  core->stub = stub_;
-  core->token = options_.token;
-  core->id = reply.session();
-  core->window = options_.stream_window;
+  auto core = std::make_shared<client_internal::SessionCore>(stub_, options_.token, reply.session(),
+                                                             options_.stream_window);
   return Session(std::move(core), reply.lease_seconds());
 }
 

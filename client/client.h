@@ -12,7 +12,6 @@
 #define REPLAYD_CLIENT_CLIENT_H_
 
 #include <array>
-#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <future>
@@ -23,8 +22,6 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "absl/synchronization/mutex.h"
-#include "client/stream.h"
 #include "replayd/v1/admin.grpc.pb.h"
 #include "replayd/v1/replayd.grpc.pb.h"
 
@@ -33,32 +30,8 @@ namespace replayd::client {
 absl::Status FromGrpc(const grpc::Status& status);
 
 namespace client_internal {
-// A request sent on a session's stream: the stream and its seq there, for Await.
-struct Submitted {
-  std::shared_ptr<SessionStream> stream;
-  uint64_t seq = 0;
-};
-
-struct SessionCore {
-  ~SessionCore();
-  // Sends `request` on the session's stream, opened on first use and again once the last
-  // one has ended (a request that found it ended unsent goes on the new one). `done` and
-  // `partial` as in SessionStream::Submit; on an error here `done` is not called.
-  absl::StatusOr<Submitted> Submit(v1::SessionRequest& request, SessionStream::DoneFn done,
-                                   SessionStream::PartialFn partial = nullptr);
-  // Submit, then wait for the operation on this thread: `done` has run when it returns OK.
-  absl::Status Run(v1::SessionRequest& request, SessionStream::DoneFn done, SessionStream::PartialFn partial = nullptr);
-  // Ends the stream once its outstanding operations have completed.
-  void CloseStream();
-
-  std::shared_ptr<v1::Replayd::Stub> stub;
-  std::string token;  // bearer token, empty for a daemon without tenants
-  uint64_t id = 0;
-  size_t window = 64;
-  std::atomic<bool> closed{false};
-  absl::Mutex mu;
-  std::shared_ptr<SessionStream> stream ABSL_GUARDED_BY(mu);
-};
+// A session's connection state: its stub, token, id and stream (client/session_core.h).
+struct SessionCore;
 }  // namespace client_internal
 
 // A buffer handle; frees the device memory when destroyed.
@@ -203,7 +176,7 @@ class Session {
   Session& operator=(Session&&) noexcept;
   ~Session();  // closes the session
 
-  uint64_t id() const { return core_->id; }
+  uint64_t id() const;
   uint32_t lease_seconds() const { return lease_seconds_; }
 
   absl::StatusOr<Buffer> Alloc(uint64_t bytes);

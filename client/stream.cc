@@ -9,25 +9,25 @@ constexpr char kNotSent[] = "the session stream had ended; the request was not s
 
 }  // namespace
 
-SessionStream::SessionStream(v1::Replayd::Stub& stub, const std::string& token, uint64_t session,
+Stream::Stream(v1::Replayd::Stub& stub, const std::string& token, uint64_t session,
                              size_t window)
     : session_(session), window_(std::max<size_t>(1, window)) {
   if (!token.empty()) context_.AddMetadata("authorization", "Bearer " + token);
   stream_ = stub.Session(&context_);
 }
 
-SessionStream::~SessionStream() { Close(); }
+Stream::~Stream() { Close(); }
 
-bool SessionStream::healthy() const {
+bool Stream::healthy() const {
   absl::MutexLock lock(&mu_);
   return !ended_ && !closing_ && !write_failed_;
 }
 
-bool SessionStream::IsNotSent(const absl::Status& s) {
+bool Stream::IsNotSent(const absl::Status& s) {
   return s.code() == absl::StatusCode::kUnavailable && s.message() == kNotSent;
 }
 
-absl::StatusOr<uint64_t> SessionStream::Submit(v1::SessionRequest& request, DoneFn& done, PartialFn& partial) {
+absl::StatusOr<uint64_t> Stream::Submit(v1::SessionRequest& request, DoneFn& done, PartialFn& partial) {
   absl::MutexLock write_lock(&write_mu_);  // writes, and so sequence numbers, in order
   uint64_t seq;
   {
@@ -58,12 +58,12 @@ absl::StatusOr<uint64_t> SessionStream::Submit(v1::SessionRequest& request, Done
   return seq;
 }
 
-void SessionStream::Await(uint64_t seq) {
+void Stream::Await(uint64_t seq) {
   absl::MutexLock lock(&mu_);
   Progress([this, seq]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return completed_ >= seq; });
 }
 
-void SessionStream::Close() {
+void Stream::Close() {
   {
     absl::MutexLock write_lock(&write_mu_);
     bool first;
@@ -78,7 +78,7 @@ void SessionStream::Close() {
   Progress([this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return ended_; });
 }
 
-void SessionStream::Progress(const std::function<bool()>& until) {
+void Stream::Progress(const std::function<bool()>& until) {
   while (!until() && !ended_) {
     if (reading_) {
       auto turn_or_done = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return !reading_ || until(); };
@@ -93,7 +93,7 @@ void SessionStream::Progress(const std::function<bool()>& until) {
   }
 }
 
-void SessionStream::ReadOne() {
+void Stream::ReadOne() {
   v1::SessionReply reply;
   if (stream_->Read(&reply)) {
     Pending* p = nullptr;  // the front stays put: only the turn's holder pops

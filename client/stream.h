@@ -25,16 +25,16 @@
 
 namespace replayd::client {
 
-class SessionStream {
+class Stream {
  public:
   // Called with every non-final reply of an operation, on the thread that reads it.
   using PartialFn = std::function<void(const v1::SessionReply&)>;
   // Called once with the final reply (or the stream's failure), on the thread that reads it.
   using DoneFn = std::function<void(absl::StatusOr<v1::SessionReply>)>;
 
-  SessionStream(v1::Replayd::Stub& stub, const std::string& token, uint64_t session, size_t window);
+  Stream(v1::Replayd::Stub& stub, const std::string& token, uint64_t session, size_t window);
   // Close().
-  ~SessionStream();
+  ~Stream();
 
   // Sends `request` (its seq, session and resume are set here) and returns its seq, which
   // Await takes. After a reply that failed, the next request sent carries resume, so each

@@ -12,12 +12,12 @@
 
 namespace replayd {
 
-struct Buffer {
-  Buffer(std::shared_ptr<Context> context, Allocation allocation)
+struct DeviceBuffer {
+  DeviceBuffer(std::shared_ptr<Context> context, Allocation allocation)
       : context(std::move(context)), allocation(allocation) {}
-  ~Buffer() { context->Free(allocation); }
-  Buffer(const Buffer&) = delete;
-  Buffer& operator=(const Buffer&) = delete;
+  ~DeviceBuffer() { context->Free(allocation); }
+  DeviceBuffer(const DeviceBuffer&) = delete;
+  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
   const std::shared_ptr<Context> context;
   const Allocation allocation;
 };

@@ -21,7 +21,7 @@ absl::StatusOr<BoundValues> CheckBoundVariables(const std::vector<BoundVariable>
   return out;
 }
 
-absl::StatusOr<int64_t> EvaluateChecked(const Expression& e, std::span<const Variable> variables,
+absl::StatusOr<int64_t> EvaluateChecked(const Expression& e, std::span<const VariableDecl> variables,
                                         std::span<const int64_t> values) {
   absl::StatusOr<Interval> bounds = e.Bounds(variables);
   if (!bounds.ok()) return bounds.status();

@@ -26,7 +26,7 @@ struct ViewArg {
 using CallArg = std::variant<ViewArg, Expression>;
 
 struct BoundVariable {
-  Variable variable;
+  VariableDecl variable;
   int64_t value = 0;
 };
 
@@ -53,7 +53,7 @@ struct LaunchResult {
 
 // Bound variables split into their definitions and their values, index for index.
 struct BoundValues {
-  std::vector<Variable> variables;
+  std::vector<VariableDecl> variables;
   std::vector<int64_t> values;
 };
 
@@ -63,7 +63,7 @@ absl::StatusOr<BoundValues> CheckBoundVariables(const std::vector<BoundVariable>
 
 // The value of `e` at `values`, after checking its bounds over `variables` (no overflow,
 // no divisor that can be zero).
-absl::StatusOr<int64_t> EvaluateChecked(const Expression& e, std::span<const Variable> variables,
+absl::StatusOr<int64_t> EvaluateChecked(const Expression& e, std::span<const VariableDecl> variables,
                                         std::span<const int64_t> values);
 
 // The three dimensions of `dims` within `max` per dimension and `max_total` in product;

@@ -6,9 +6,9 @@
 namespace replayd {
 
 absl::StatusOr<CaptureRecord> CaptureRecord::Open(std::vector<CapturedBuffer> inputs,
-                                                  std::vector<Variable> variables) {
+                                                  std::vector<VariableDecl> variables) {
   if (absl::Status s = CheckGraphLimits(variables.size(), 0, 0); !s.ok()) return s;
-  std::vector<std::shared_ptr<Buffer>> buffers;
+  std::vector<std::shared_ptr<DeviceBuffer>> buffers;
   for (CapturedBuffer& input : inputs) {
     for (const auto& seen : buffers)
       if (seen == input.buffer)
@@ -24,12 +24,12 @@ absl::StatusOr<CaptureRecord> CaptureRecord::Open(std::vector<CapturedBuffer> in
   return CaptureRecord(std::move(buffers), std::move(variables));
 }
 
-void CaptureRecord::NoteAllocated(const Buffer& buffer) {
+void CaptureRecord::NoteAllocated(const DeviceBuffer& buffer) {
   born_.insert(&buffer);
   dropped_.erase(&buffer);
 }
 
-void CaptureRecord::NoteFreed(const Buffer& buffer) {
+void CaptureRecord::NoteFreed(const DeviceBuffer& buffer) {
   if (born_.contains(&buffer)) dropped_.insert(&buffer);
 }
 
@@ -38,17 +38,17 @@ absl::Status CaptureRecord::CheckRoom() const { return CheckGraphLimits(variable
 absl::Status CaptureRecord::RecordLaunch(std::shared_ptr<Program> program, std::vector<RecordedArg> args,
                                          const std::array<Expression, 3>& global,
                                          const std::array<Expression, 3>& local,
-                                         std::span<const Variable> variables) {
+                                         std::span<const VariableDecl> variables) {
   // Map the call's variables onto the record's, by name; a new name becomes a new graph
   // variable. Checked before anything is added.
   std::vector<int> remap;
-  std::vector<Variable> added;
-  for (const Variable& v : variables) {
+  std::vector<VariableDecl> added;
+  for (const VariableDecl& v : variables) {
     int index = -1;
     for (size_t i = 0; i < variables_.size(); ++i)
       if (variables_[i].name == v.name) index = static_cast<int>(i);
     if (index >= 0 && !variables_[index].SameRange(v)) {
-      const Variable& c = variables_[index];
+      const VariableDecl& c = variables_[index];
       return absl::InvalidArgumentError(absl::StrCat("variable ", v.name, " is bound with range [", v.min, ", ", v.max,
                                                      "] multiple of ", v.multiple_of, "; the capture declared [", c.min,
                                                      ", ", c.max, "] multiple of ", c.multiple_of));
@@ -83,11 +83,11 @@ absl::Status CaptureRecord::RecordCopy(RecordedView dst, RecordedView src) {
   return absl::OkStatus();
 }
 
-Graph CaptureRecord::ToGraph(std::span<const std::shared_ptr<Buffer>> outputs) const {
+Graph CaptureRecord::ToGraph(std::span<const std::shared_ptr<DeviceBuffer>> outputs) const {
   Graph g;
   g.variables = variables_;
-  absl::flat_hash_map<const Buffer*, uint32_t> slot_of;
-  auto add_parameter = [&](const std::shared_ptr<Buffer>& b) {
+  absl::flat_hash_map<const DeviceBuffer*, uint32_t> slot_of;
+  auto add_parameter = [&](const std::shared_ptr<DeviceBuffer>& b) {
     if (slot_of.contains(b.get())) return;
     slot_of[b.get()] = static_cast<uint32_t>(g.slots.size());
     g.slots.push_back({SlotKind::kParameter, b->allocation.bytes, nullptr});

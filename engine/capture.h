@@ -34,12 +34,12 @@ namespace replayd {
 // A buffer named to the capture, with the handle that named it (for messages).
 struct CapturedBuffer {
   Handle handle = 0;
-  std::shared_ptr<Buffer> buffer;
+  std::shared_ptr<DeviceBuffer> buffer;
 };
 
 // A view argument with the buffer its handle named when the call ran.
 struct RecordedView {
-  std::shared_ptr<Buffer> buffer;
+  std::shared_ptr<DeviceBuffer> buffer;
   ViewArg view;
 };
 
@@ -52,14 +52,14 @@ class CaptureRecord {
   // `variables` as its first variables. INVALID_ARGUMENT when more variables than a graph
   // may hold are declared, a buffer is named twice, or a variable is malformed or
   // declared twice.
-  static absl::StatusOr<CaptureRecord> Open(std::vector<CapturedBuffer> inputs, std::vector<Variable> variables);
+  static absl::StatusOr<CaptureRecord> Open(std::vector<CapturedBuffer> inputs, std::vector<VariableDecl> variables);
 
   // A buffer allocated while the record is open: an internal of the graph when it is
   // freed before the graph is made. A buffer noted again (a new buffer at the address of
   // one freed earlier) is a new buffer, not a freed one.
-  void NoteAllocated(const Buffer& buffer);
+  void NoteAllocated(const DeviceBuffer& buffer);
   // A buffer freed while the record is open.
-  void NoteFreed(const Buffer& buffer);
+  void NoteFreed(const DeviceBuffer& buffer);
 
   // OK when one more call fits under the graph limits; INVALID_ARGUMENT otherwise.
   absl::Status CheckRoom() const;
@@ -72,19 +72,19 @@ class CaptureRecord {
   // caller against their buffers.
   absl::Status RecordLaunch(std::shared_ptr<Program> program, std::vector<RecordedArg> args,
                             const std::array<Expression, 3>& global, const std::array<Expression, 3>& local,
-                            std::span<const Variable> variables);
+                            std::span<const VariableDecl> variables);
   // Records a copy from `src` to `dst`, views the caller has checked. INVALID_ARGUMENT
   // when it does not fit under the graph limits; then nothing is recorded.
   absl::Status RecordCopy(RecordedView dst, RecordedView src);
 
   size_t call_count() const { return calls_.size(); }
-  const std::vector<Variable>& variables() const { return variables_; }
+  const std::vector<VariableDecl>& variables() const { return variables_; }
 
   // The graph of the calls recorded, with the record's variables. Parameter slots come
   // first: the inputs, then `outputs`, each buffer once. Every other buffer a call names
   // gets a slot at its first use: an internal when it was allocated and freed while the
   // record was open, else a constant holding the buffer. The record is unchanged.
-  Graph ToGraph(std::span<const std::shared_ptr<Buffer>> outputs) const;
+  Graph ToGraph(std::span<const std::shared_ptr<DeviceBuffer>> outputs) const;
 
  private:
   struct RecordedCall {
@@ -94,15 +94,15 @@ class CaptureRecord {
     std::array<Expression, 3> local{Expression::Constant(1), Expression::Constant(1), Expression::Constant(1)};
   };
 
-  CaptureRecord(std::vector<std::shared_ptr<Buffer>> inputs, std::vector<Variable> variables)
+  CaptureRecord(std::vector<std::shared_ptr<DeviceBuffer>> inputs, std::vector<VariableDecl> variables)
       : inputs_(std::move(inputs)), variables_(std::move(variables)) {}
 
-  std::vector<std::shared_ptr<Buffer>> inputs_;
-  std::vector<Variable> variables_;
+  std::vector<std::shared_ptr<DeviceBuffer>> inputs_;
+  std::vector<VariableDecl> variables_;
   // By address: a recorded buffer is held by the record, so its address names it alone;
   // an address noted again after a free is a new buffer (NoteAllocated forgets the free).
-  absl::flat_hash_set<const Buffer*> born_;     // allocated while open
-  absl::flat_hash_set<const Buffer*> dropped_;  // born, then freed while open
+  absl::flat_hash_set<const DeviceBuffer*> born_;     // allocated while open
+  absl::flat_hash_set<const DeviceBuffer*> dropped_;  // born, then freed while open
   std::vector<RecordedCall> calls_;
 };
 

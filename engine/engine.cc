@@ -38,8 +38,8 @@ Engine::~Engine() {
     stopping_ = true;
   }
   reaper_.join();
-  absl::flat_hash_map<SessionId, std::shared_ptr<Session>> sessions;
-  std::vector<std::shared_ptr<Session>> closing;
+  absl::flat_hash_map<SessionId, std::shared_ptr<DeviceSession>> sessions;
+  std::vector<std::shared_ptr<DeviceSession>> closing;
   {
     absl::MutexLock lock(&mu_);
     sessions.swap(sessions_);
@@ -60,7 +60,7 @@ std::vector<DeviceStatus> Engine::ListDevices() const {
   return out;
 }
 
-absl::StatusOr<std::shared_ptr<Session>> Engine::OpenSession(absl::string_view tenant,
+absl::StatusOr<std::shared_ptr<DeviceSession>> Engine::OpenSession(absl::string_view tenant,
                                                              absl::string_view device) {
   size_t index = devices_.size();
   for (size_t i = 0; i < devices_.size(); ++i)
@@ -90,7 +90,7 @@ absl::StatusOr<std::shared_ptr<Session>> Engine::OpenSession(absl::string_view t
   } while (id == 0 || sessions_.contains(id));
   SessionEnv env{found, compile_cache_.get(), GraphCacheFor(tenant, found), options_.batch,
                  account, scheduler, queue};
-  auto session = std::make_shared<Session>(id, std::string(tenant), env, std::move(accounted),
+  auto session = std::make_shared<DeviceSession>(id, std::string(tenant), env, std::move(accounted),
                                            options_.lease);
   sessions_.emplace(id, session);
   reserved.Commit();  // Close gives it back
@@ -126,7 +126,7 @@ void Engine::ConfigureTenants(const std::vector<TenantConfig>& tenants) {
 
 std::vector<TenantReport> Engine::Tenants() const {
   std::vector<TenantReport> out;
-  std::vector<std::shared_ptr<Session>> sessions;
+  std::vector<std::shared_ptr<DeviceSession>> sessions;
   {
     absl::MutexLock lock(&mu_);
     for (const auto& [name, t] : tenants_) out.push_back({name, t.limits, t.account->usage(), {}});
@@ -146,7 +146,7 @@ std::vector<TenantReport> Engine::Tenants() const {
   return out;
 }
 
-absl::StatusOr<std::shared_ptr<Session>> Engine::FindSession(absl::string_view tenant,
+absl::StatusOr<std::shared_ptr<DeviceSession>> Engine::FindSession(absl::string_view tenant,
                                                              SessionId id) {
   absl::Time now = absl::Now();
   absl::MutexLock lock(&mu_);
@@ -158,7 +158,7 @@ absl::StatusOr<std::shared_ptr<Session>> Engine::FindSession(absl::string_view t
 }
 
 absl::Status Engine::CloseSession(absl::string_view tenant, SessionId id) {
-  std::shared_ptr<Session> session;
+  std::shared_ptr<DeviceSession> session;
   {
     absl::MutexLock lock(&mu_);
     auto it = sessions_.find(id);
@@ -171,7 +171,7 @@ absl::Status Engine::CloseSession(absl::string_view tenant, SessionId id) {
   return absl::OkStatus();
 }
 
-void Engine::CloseOrDefer(std::shared_ptr<Session> session, absl::string_view why) {
+void Engine::CloseOrDefer(std::shared_ptr<DeviceSession> session, absl::string_view why) {
   if (session->TryClose()) {
     spdlog::debug("session {:016x} {}", session->id(), std::string(why));
     return;
@@ -183,13 +183,13 @@ void Engine::CloseOrDefer(std::shared_ptr<Session> session, absl::string_view wh
 }
 
 int Engine::CloseDeferred() {
-  std::vector<std::shared_ptr<Session>> closing;
+  std::vector<std::shared_ptr<DeviceSession>> closing;
   {
     absl::MutexLock lock(&mu_);
     closing.swap(closing_);
   }
   int closed = 0;
-  std::vector<std::shared_ptr<Session>> still;
+  std::vector<std::shared_ptr<DeviceSession>> still;
   for (auto& s : closing) {
     if (s->TryClose()) {
       ++closed;
@@ -203,7 +203,7 @@ int Engine::CloseDeferred() {
 }
 
 absl::StatusOr<std::string> Engine::AdminCloseSession(SessionId id) {
-  std::shared_ptr<Session> session;
+  std::shared_ptr<DeviceSession> session;
   {
     absl::MutexLock lock(&mu_);
     auto it = sessions_.find(id);
@@ -218,7 +218,7 @@ absl::StatusOr<std::string> Engine::AdminCloseSession(SessionId id) {
 }
 
 int Engine::ReapExpired(absl::Time now) {
-  std::vector<std::shared_ptr<Session>> expired;
+  std::vector<std::shared_ptr<DeviceSession>> expired;
   {
     absl::MutexLock lock(&mu_);
     for (auto it = sessions_.begin(); it != sessions_.end();) {

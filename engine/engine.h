@@ -77,11 +77,11 @@ class Engine {
 
   // A new session of `tenant` on the device with id `device` ("cpu:0"); NOT_FOUND for
   // a device this daemon does not own.
-  absl::StatusOr<std::shared_ptr<Session>> OpenSession(absl::string_view tenant,
+  absl::StatusOr<std::shared_ptr<DeviceSession>> OpenSession(absl::string_view tenant,
                                                        absl::string_view device);
   // The open session `id` of `tenant`, with its lease renewed. NOT_FOUND for an unknown,
   // closed, expired or other tenant's session: existence is not disclosed.
-  absl::StatusOr<std::shared_ptr<Session>> FindSession(absl::string_view tenant, SessionId id);
+  absl::StatusOr<std::shared_ptr<DeviceSession>> FindSession(absl::string_view tenant, SessionId id);
   absl::Status CloseSession(absl::string_view tenant, SessionId id);
 
   // Sets the limits of the tenants listed (a tenant seen for the first time gets an
@@ -108,7 +108,7 @@ class Engine {
   void ReaperMain();
   // Closes `session` now unless an operation of it runs; then it is kept in closing_ and
   // closed by a later reaper pass, once that operation has ended. `why` is for the log.
-  void CloseOrDefer(std::shared_ptr<Session> session, absl::string_view why);
+  void CloseOrDefer(std::shared_ptr<DeviceSession> session, absl::string_view why);
   // Closes what closing_ holds that no longer runs an operation; returns how many.
   int CloseDeferred();
   GraphCache* GraphCacheFor(absl::string_view tenant, const Device* device)
@@ -130,10 +130,10 @@ class Engine {
   // declared before (and destroyed after) everything that holds them.
   absl::flat_hash_map<std::string, TenantState> tenants_ ABSL_GUARDED_BY(mu_);
   std::vector<std::unique_ptr<Scheduler>> schedulers_;  // one per device, in its order
-  absl::flat_hash_map<SessionId, std::shared_ptr<Session>> sessions_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<SessionId, std::shared_ptr<DeviceSession>> sessions_ ABSL_GUARDED_BY(mu_);
   // Sessions closed or expired while an operation of theirs ran: out of sessions_ (so
   // NOT_FOUND to clients), freed by the reaper once the operation ends.
-  std::vector<std::shared_ptr<Session>> closing_ ABSL_GUARDED_BY(mu_);
+  std::vector<std::shared_ptr<DeviceSession>> closing_ ABSL_GUARDED_BY(mu_);
   absl::BitGen random_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<std::pair<std::string, const Device*>, std::unique_ptr<GraphCache>>
       graph_caches_ ABSL_GUARDED_BY(mu_);

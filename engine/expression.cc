@@ -98,7 +98,7 @@ bool IsIdentifierChar(char c) { return absl::ascii_isalnum(c) || c == '_'; }
 // unary := '-' unary | atom; atom := int | name | name '(' expr ',' expr ')' | '(' expr ')'.
 class Parser {
  public:
-  Parser(absl::string_view text, std::span<const Variable> variables)
+  Parser(absl::string_view text, std::span<const VariableDecl> variables)
       : text_(text), variables_(variables) {}
 
   absl::StatusOr<Expression> ParseAll() {
@@ -203,13 +203,13 @@ class Parser {
   }
 
   absl::string_view text_;
-  std::span<const Variable> variables_;
+  std::span<const VariableDecl> variables_;
   size_t pos_ = 0;
 };
 
 }  // namespace
 
-absl::Status CheckVariable(const Variable& v) {
+absl::Status CheckVariable(const VariableDecl& v) {
   bool name_ok = !v.name.empty() && v.name.size() <= 64 && !absl::ascii_isdigit(v.name[0]) &&
                  std::all_of(v.name.begin(), v.name.end(), IsIdentifierChar) &&
                  v.name != "min" && v.name != "max";
@@ -230,7 +230,7 @@ absl::Status CheckVariable(const Variable& v) {
   return absl::OkStatus();
 }
 
-absl::Status CheckValue(const Variable& v, int64_t value) {
+absl::Status CheckValue(const VariableDecl& v, int64_t value) {
   if (value < v.min || value > v.max)
     return absl::InvalidArgumentError(absl::StrCat("variable ", v.name, " = ", value,
                                                    " is outside [", v.min, ", ", v.max, "]"));
@@ -250,7 +250,7 @@ Expression Expression::Binary(Op op, const Expression& lhs, const Expression& rh
 }
 
 absl::StatusOr<Expression> Expression::Parse(absl::string_view text,
-                                             std::span<const Variable> variables) {
+                                             std::span<const VariableDecl> variables) {
   if (text.size() > 4096) return absl::InvalidArgumentError("expression text longer than 4096 bytes");
   return Parser(text, variables).ParseAll();
 }
@@ -272,7 +272,7 @@ int64_t Expression::Evaluate(std::span<const int64_t> values) const {
   return stack[0];
 }
 
-absl::StatusOr<Interval> Expression::Bounds(std::span<const Variable> variables) const {
+absl::StatusOr<Interval> Expression::Bounds(std::span<const VariableDecl> variables) const {
   if (nodes_.empty() || nodes_.size() > kMaxNodes)
     return absl::InvalidArgumentError("expression is empty or too large");
   std::vector<Interval> stack;
@@ -309,7 +309,7 @@ Expression Expression::Remapped(std::span<const int> remap) const {
   return e;
 }
 
-std::string Expression::ToString(std::span<const Variable> variables) const {
+std::string Expression::ToString(std::span<const VariableDecl> variables) const {
   std::vector<std::string> stack;
   for (const Node& n : nodes_) {
     if (n.op == Op::kConst) {

@@ -23,24 +23,24 @@
 
 namespace replayd {
 
-struct Variable {
+struct VariableDecl {
   std::string name;
   int64_t min = 0;
   int64_t max = 0;
   int64_t multiple_of = 1;
 
-  bool SameRange(const Variable& o) const {
+  bool SameRange(const VariableDecl& o) const {
     return min == o.min && max == o.max && multiple_of == o.multiple_of;
   }
 };
 
 // OK when `v` is well formed: a name of at most 64 identifier characters, min <= max,
 // multiple_of >= 1, and at least one multiple inside the range.
-absl::Status CheckVariable(const Variable& v);
+absl::Status CheckVariable(const VariableDecl& v);
 
 // OK when `value` is in [min, max] and a multiple of multiple_of; otherwise
 // INVALID_ARGUMENT naming the variable, the value and the range.
-absl::Status CheckValue(const Variable& v, int64_t value);
+absl::Status CheckValue(const VariableDecl& v, int64_t value);
 
 struct Interval {
   int64_t min = 0;
@@ -68,7 +68,7 @@ class Expression {
   // Parses the text syntax: integers, variable names, + - * // % , min(a, b), max(a, b),
   // parentheses, unary minus. Names are resolved through `variables` (their index).
   static absl::StatusOr<Expression> Parse(absl::string_view text,
-                                          std::span<const Variable> variables);
+                                          std::span<const VariableDecl> variables);
 
   // The value with variable i bound to values[i]. The caller has checked the values
   // against the ranges Bounds() was computed with.
@@ -76,7 +76,7 @@ class Expression {
 
   // The interval of all values over the variables' ranges; INVALID_ARGUMENT on overflow,
   // a possibly-zero divisor, or a variable index out of range.
-  absl::StatusOr<Interval> Bounds(std::span<const Variable> variables) const;
+  absl::StatusOr<Interval> Bounds(std::span<const VariableDecl> variables) const;
 
   bool is_constant() const { return nodes_.size() == 1 && nodes_[0].op == Op::kConst; }
   int64_t constant() const { return nodes_[0].value; }
@@ -84,7 +84,7 @@ class Expression {
   const std::vector<Node>& nodes() const { return nodes_; }
   // Maps each variable index i to remap[i].
   Expression Remapped(std::span<const int> remap) const;
-  std::string ToString(std::span<const Variable> variables) const;
+  std::string ToString(std::span<const VariableDecl> variables) const;
   bool operator==(const Expression&) const = default;
 
  private:

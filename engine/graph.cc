@@ -14,7 +14,7 @@ namespace replayd {
 namespace {
 
 absl::Status CheckDimBounds(const std::array<Expression, 3>& dims, const Dim3& max, uint64_t max_total,
-                            std::span<const Variable> variables, absl::string_view what) {
+                            std::span<const VariableDecl> variables, absl::string_view what) {
   uint64_t total = 1;
   for (int d = 0; d < 3; ++d) {
     absl::StatusOr<Interval> b = dims[d].Bounds(variables);
@@ -135,7 +135,7 @@ absl::Status CheckGraph(const Graph& g, const DeviceInfo& device) {
   if (g.calls.empty()) return absl::InvalidArgumentError("graph has no calls");
   if (absl::Status s = CheckGraphLimits(g.variables.size(), g.slots.size(), g.calls.size()); !s.ok()) return s;
   absl::flat_hash_set<std::string> names;
-  for (const Variable& v : g.variables) {
+  for (const VariableDecl& v : g.variables) {
     if (absl::Status s = CheckVariable(v); !s.ok()) return s;
     if (!names.insert(v.name).second)
       return absl::InvalidArgumentError(absl::StrCat("variable ", v.name, " is declared twice"));
@@ -158,7 +158,7 @@ std::string GraphStructure(const Graph& g, uint64_t address_space) {
   std::string out = "replayd-graph-v2";
   Append(out, static_cast<int64_t>(address_space));
   Append(out, static_cast<int64_t>(g.variables.size()));
-  for (const Variable& v : g.variables) {
+  for (const VariableDecl& v : g.variables) {
     Append(out, v.min);
     Append(out, v.max);
     Append(out, v.multiple_of);

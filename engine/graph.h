@@ -22,14 +22,14 @@
 
 namespace replayd {
 
-struct Buffer;
+struct DeviceBuffer;
 
 enum class SlotKind { kParameter, kInternal, kConstant };
 
 struct Slot {
   SlotKind kind = SlotKind::kParameter;
   uint64_t bytes = 0;
-  std::shared_ptr<Buffer> constant;  // constants only
+  std::shared_ptr<DeviceBuffer> constant;  // constants only
 };
 
 // (slot, byte offset, byte length); a length of 0 means "to the end of the slot".
@@ -56,7 +56,7 @@ struct GraphCall {
 };
 
 struct Graph {
-  std::vector<Variable> variables;
+  std::vector<VariableDecl> variables;
   std::vector<Slot> slots;
   std::vector<GraphCall> calls;
 };

@@ -155,7 +155,7 @@ uint64_t GraphInstance::SlotAddress(const SlotIndex& index, uint32_t slot, bool 
 std::vector<int64_t> GraphInstance::InitialValues() const {
   // Each variable at its smallest valid value.
   std::vector<int64_t> values;
-  for (const Variable& v : graph_.variables) {
+  for (const VariableDecl& v : graph_.variables) {
     int64_t rem = ((v.min % v.multiple_of) + v.multiple_of) % v.multiple_of;
     values.push_back(rem ? v.min + (v.multiple_of - rem) : v.min);
   }

@@ -5,10 +5,10 @@
 namespace replayd {
 
 absl::Status ResolveParams(const GraphInstance& graph, std::span<const ParamValue> params,
-                           const HandleTable<Buffer>& buffers, std::vector<uint64_t>& addresses,
+                           const HandleTable<DeviceBuffer>& buffers, std::vector<uint64_t>& addresses,
                            std::vector<int64_t>& values) {
   const std::vector<uint32_t>& buffer_params = graph.buffer_params();
-  const std::vector<Variable>& variables = graph.graph().variables;
+  const std::vector<VariableDecl>& variables = graph.graph().variables;
   const size_t expected = buffer_params.size() + variables.size();
   if (params.size() != expected) {
     std::string missing;
@@ -25,7 +25,7 @@ absl::Status ResolveParams(const GraphInstance& graph, std::span<const ParamValu
     if (i < buffer_params.size()) {
       const BufferParam* bp = std::get_if<BufferParam>(&params[i]);
       if (!bp) return absl::InvalidArgumentError(absl::StrCat("parameter ", i, " must be a buffer"));
-      absl::StatusOr<std::shared_ptr<Buffer>> b = buffers.Find(bp->buffer);
+      absl::StatusOr<std::shared_ptr<DeviceBuffer>> b = buffers.Find(bp->buffer);
       if (!b.ok()) return absl::NotFoundError(absl::StrCat("parameter ", i, ": ", b.status().message()));
       uint64_t need = graph.graph().slots[buffer_params[i]].bytes;
       if ((*b)->allocation.bytes < need)
@@ -34,7 +34,7 @@ absl::Status ResolveParams(const GraphInstance& graph, std::span<const ParamValu
       addresses[i] = (*b)->allocation.address;
       continue;
     }
-    const Variable& var = variables[i - buffer_params.size()];
+    const VariableDecl& var = variables[i - buffer_params.size()];
     const int64_t* v = std::get_if<int64_t>(&params[i]);
     if (!v)
       return absl::InvalidArgumentError(absl::StrCat("parameter ", i, " (variable ", var.name, ") must be a value"));
@@ -44,12 +44,12 @@ absl::Status ResolveParams(const GraphInstance& graph, std::span<const ParamValu
   return graph.CheckBuffers(addresses);
 }
 
-absl::Status ResolveReads(std::span<const ViewArg> reads, const HandleTable<Buffer>& buffers,
+absl::Status ResolveReads(std::span<const ViewArg> reads, const HandleTable<DeviceBuffer>& buffers,
                           std::vector<ResolvedRead>& out) {
   out.clear();
   uint64_t total = 0;
   for (size_t i = 0; i < reads.size(); ++i) {
-    absl::StatusOr<std::shared_ptr<Buffer>> b = buffers.Find(reads[i].buffer);
+    absl::StatusOr<std::shared_ptr<DeviceBuffer>> b = buffers.Find(reads[i].buffer);
     if (!b.ok()) return absl::NotFoundError(absl::StrCat("read ", i, ": ", b.status().message()));
     absl::StatusOr<std::pair<uint64_t, uint64_t>> r = ResolveView(reads[i], (*b)->allocation.bytes);
     if (!r.ok()) return absl::InvalidArgumentError(absl::StrCat("read ", i, ": ", r.status().message()));
@@ -73,7 +73,7 @@ absl::Status TakeReads(Context& context, std::span<const ResolvedRead> reads, st
 }
 
 absl::StatusOr<SequenceVectors> SequenceVectors::Check(const GraphInstance& graph, const ReplaySequenceOp& op,
-                                                       const HandleTable<Buffer>& buffers) {
+                                                       const HandleTable<DeviceBuffer>& buffers) {
   const bool stepping = op.vectors.empty();
   SequenceVectors seq;
   seq.count_ = stepping ? op.count : op.vectors.size();
@@ -98,7 +98,7 @@ absl::StatusOr<SequenceVectors> SequenceVectors::Check(const GraphInstance& grap
   if (op.step_param < first_var || op.step_param >= op.base.size())
     return absl::InvalidArgumentError(absl::StrCat("step_param ", op.step_param, " is not a variable parameter"));
   const size_t stepped = op.step_param - first_var;
-  const Variable& var = graph.graph().variables[stepped];
+  const VariableDecl& var = graph.graph().variables[stepped];
   int64_t span, last;
   if (__builtin_mul_overflow(static_cast<int64_t>(seq.count_ - 1), op.step, &span) ||
       __builtin_add_overflow(seq.values_[0][stepped], span, &last))

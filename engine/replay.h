@@ -46,7 +46,7 @@ struct ReplayOp {
 // Most bytes one replay may return through `reads`.
 inline constexpr uint64_t kMaxReplayReadBytes = 1 << 20;
 
-struct ReplayResult {
+struct ReplayOutcome {
   std::optional<absl::Duration> device_time;
   std::vector<std::string> reads;
 };
@@ -70,14 +70,14 @@ struct ReplaySequenceOp {
 // Most replays in one sequence.
 inline constexpr uint64_t kMaxSequenceReplays = 1 << 20;
 
-struct SequenceResult {
+struct SequenceOutcome {
   uint64_t replays = 0;
   absl::Duration device_time;
 };
 
 // Called after a replay of a sequence with its index and reads; a non-OK status stops
 // the sequence (the replays before it stay done).
-using ReplayCallback = std::function<absl::Status(uint64_t index, const ReplayResult& result)>;
+using ReplayCallback = std::function<absl::Status(uint64_t index, const ReplayOutcome& result)>;
 
 // Checks `params` against the parameter layout of `graph` and resolves it through
 // `buffers`: into `addresses` the device address of each buffer parameter, into `values`
@@ -86,20 +86,20 @@ using ReplayCallback = std::function<absl::Status(uint64_t index, const ReplayRe
 // is smaller than its slot, a value is outside its variable's range, or two buffers make
 // a copy's views overlap; NOT_FOUND for an unknown buffer handle.
 absl::Status ResolveParams(const GraphInstance& graph, std::span<const ParamValue> params,
-                           const HandleTable<Buffer>& buffers, std::vector<uint64_t>& addresses,
+                           const HandleTable<DeviceBuffer>& buffers, std::vector<uint64_t>& addresses,
                            std::vector<int64_t>& values);
 
 // A view a replay returns, resolved: the buffer (held until the bytes are taken) and the
 // byte range.
 struct ResolvedRead {
-  std::shared_ptr<Buffer> buffer;
+  std::shared_ptr<DeviceBuffer> buffer;
   uint64_t offset = 0, length = 0;
 };
 
 // Resolves `reads` through `buffers` into `out` (cleared first). NOT_FOUND for an unknown
 // buffer; INVALID_ARGUMENT for a view out of range or reads of more than
 // kMaxReplayReadBytes in all, naming the read.
-absl::Status ResolveReads(std::span<const ViewArg> reads, const HandleTable<Buffer>& buffers,
+absl::Status ResolveReads(std::span<const ViewArg> reads, const HandleTable<DeviceBuffer>& buffers,
                           std::vector<ResolvedRead>& out);
 
 // The bytes of `reads` read on `context` into `out`, one string per read, reusing the
@@ -116,7 +116,7 @@ class SequenceVectors {
   // overflows int64 or leaves its range by the last replay, or by a step that is not a
   // multiple of the variable's multiple_of. NOT_FOUND for an unknown buffer handle.
   static absl::StatusOr<SequenceVectors> Check(const GraphInstance& graph, const ReplaySequenceOp& op,
-                                               const HandleTable<Buffer>& buffers);
+                                               const HandleTable<DeviceBuffer>& buffers);
 
   uint64_t count() const { return count_; }
   // The buffer addresses of replay `replay` (< count()).

@@ -7,7 +7,7 @@
 
 namespace replayd {
 
-Session::Session(SessionId id, std::string tenant, SessionEnv env, std::shared_ptr<Context> context,
+DeviceSession::DeviceSession(SessionId id, std::string tenant, SessionEnv env, std::shared_ptr<Context> context,
                  absl::Duration lease)
     : id_(id),
       tenant_(std::move(tenant)),
@@ -16,25 +16,25 @@ Session::Session(SessionId id, std::string tenant, SessionEnv env, std::shared_p
       deadline_ns_(absl::ToUnixNanos(absl::Now() + lease)),
       context_(std::move(context)) {}
 
-Session::~Session() { Close(); }
+DeviceSession::~DeviceSession() { Close(); }
 
-void Session::Renew(absl::Time now) { deadline_ns_.store(absl::ToUnixNanos(now + lease_)); }
+void DeviceSession::Renew(absl::Time now) { deadline_ns_.store(absl::ToUnixNanos(now + lease_)); }
 
-bool Session::Expired(absl::Time now) const { return absl::ToUnixNanos(now) > deadline_ns_.load(); }
+bool DeviceSession::Expired(absl::Time now) const { return absl::ToUnixNanos(now) > deadline_ns_.load(); }
 
-void Session::Close() {
+void DeviceSession::Close() {
   absl::MutexLock lock(&mu_);
   CloseLocked();
 }
 
-bool Session::TryClose() {
+bool DeviceSession::TryClose() {
   if (!mu_.TryLock()) return false;
   CloseLocked();
   mu_.Unlock();
   return true;
 }
 
-void Session::CloseLocked() {
+void DeviceSession::CloseLocked() {
   if (closed_) return;
   closed_ = true;
   // Wait for submitted work before its memory goes.
@@ -52,21 +52,21 @@ void Session::CloseLocked() {
   memory_in_use_ = 0;
 }
 
-absl::Status Session::CheckOpen() const {
+absl::Status DeviceSession::CheckOpen() const {
   if (closed_) return absl::NotFoundError(absl::StrCat("session ", id_, " is closed"));
   return absl::OkStatus();
 }
 
-absl::StatusOr<std::shared_ptr<Buffer>> Session::FindBuffer(Handle buffer) const {
+absl::StatusOr<std::shared_ptr<DeviceBuffer>> DeviceSession::FindBuffer(Handle buffer) const {
   if (absl::Status s = CheckOpen(); !s.ok()) return s;
   return buffers_.Find(buffer);
 }
 
-uint64_t Session::memory_in_use() const { return memory_in_use_.load(); }
-size_t Session::program_count() const { return program_count_.load(); }
-size_t Session::graph_count() const { return graph_count_.load(); }
+uint64_t DeviceSession::memory_in_use() const { return memory_in_use_.load(); }
+size_t DeviceSession::program_count() const { return program_count_.load(); }
+size_t DeviceSession::graph_count() const { return graph_count_.load(); }
 
-absl::StatusOr<Handle> Session::AllocBuffer(uint64_t bytes) {
+absl::StatusOr<Handle> DeviceSession::AllocBuffer(uint64_t bytes) {
   absl::MutexLock lock(&mu_);
   if (absl::Status s = CheckOpen(); !s.ok()) return s;
   if (bytes == 0) return absl::InvalidArgumentError("buffer size is 0 bytes");
@@ -76,31 +76,31 @@ absl::StatusOr<Handle> Session::AllocBuffer(uint64_t bytes) {
   absl::StatusOr<Allocation> allocation = context_->Allocate(bytes);
   if (!allocation.ok()) return allocation.status();
   memory_in_use_ += bytes;
-  auto buffer = std::make_shared<Buffer>(context_, *allocation);
+  auto buffer = std::make_shared<DeviceBuffer>(context_, *allocation);
   if (capture_) capture_->NoteAllocated(*buffer);
   return buffers_.Insert(std::move(buffer));
 }
 
-absl::Status Session::FreeBuffer(Handle buffer) {
+absl::Status DeviceSession::FreeBuffer(Handle buffer) {
   absl::MutexLock lock(&mu_);
   if (absl::Status s = CheckOpen(); !s.ok()) return s;
-  absl::StatusOr<std::shared_ptr<Buffer>> removed = buffers_.Remove(buffer);
+  absl::StatusOr<std::shared_ptr<DeviceBuffer>> removed = buffers_.Remove(buffer);
   if (!removed.ok()) return removed.status();
   memory_in_use_ -= (*removed)->allocation.bytes;
   if (capture_) capture_->NoteFreed(**removed);
   return absl::OkStatus();
 }
 
-absl::StatusOr<std::pair<uint64_t, uint64_t>> Session::ResolveRange(Handle buffer, uint64_t offset, uint64_t length) {
+absl::StatusOr<std::pair<uint64_t, uint64_t>> DeviceSession::ResolveRange(Handle buffer, uint64_t offset, uint64_t length) {
   absl::MutexLock lock(&mu_);
-  absl::StatusOr<std::shared_ptr<Buffer>> b = FindBuffer(buffer);
+  absl::StatusOr<std::shared_ptr<DeviceBuffer>> b = FindBuffer(buffer);
   if (!b.ok()) return b.status();
   return ResolveView(ViewArg{buffer, offset, length}, (*b)->allocation.bytes);
 }
 
-absl::Status Session::WriteBuffer(Handle buffer, uint64_t offset, std::span<const uint8_t> bytes) {
+absl::Status DeviceSession::WriteBuffer(Handle buffer, uint64_t offset, std::span<const uint8_t> bytes) {
   absl::MutexLock lock(&mu_);
-  absl::StatusOr<std::shared_ptr<Buffer>> b = FindBuffer(buffer);
+  absl::StatusOr<std::shared_ptr<DeviceBuffer>> b = FindBuffer(buffer);
   if (!b.ok()) return b.status();
   if (bytes.empty()) return absl::OkStatus();
   absl::StatusOr<std::pair<uint64_t, uint64_t>> range =
@@ -111,9 +111,9 @@ absl::Status Session::WriteBuffer(Handle buffer, uint64_t offset, std::span<cons
   return context_->Write((*b)->allocation, offset, bytes);
 }
 
-absl::Status Session::ReadBuffer(Handle buffer, uint64_t offset, std::span<uint8_t> bytes) {
+absl::Status DeviceSession::ReadBuffer(Handle buffer, uint64_t offset, std::span<uint8_t> bytes) {
   absl::MutexLock lock(&mu_);
-  absl::StatusOr<std::shared_ptr<Buffer>> b = FindBuffer(buffer);
+  absl::StatusOr<std::shared_ptr<DeviceBuffer>> b = FindBuffer(buffer);
   if (!b.ok()) return b.status();
   if (bytes.empty()) return absl::OkStatus();
   absl::StatusOr<std::pair<uint64_t, uint64_t>> range =
@@ -124,7 +124,7 @@ absl::Status Session::ReadBuffer(Handle buffer, uint64_t offset, std::span<uint8
   return context_->Read((*b)->allocation, offset, bytes);
 }
 
-absl::StatusOr<ProgramInfo> Session::LoadProgram(const ProgramSource& source) {
+absl::StatusOr<ProgramInfo> DeviceSession::LoadProgram(const ProgramSource& source) {
   {
     absl::MutexLock lock(&mu_);
     if (absl::Status s = CheckOpen(); !s.ok()) return s;
@@ -161,7 +161,7 @@ absl::StatusOr<ProgramInfo> Session::LoadProgram(const ProgramSource& source) {
   return info;
 }
 
-absl::Status Session::FreeProgram(Handle program) {
+absl::Status DeviceSession::FreeProgram(Handle program) {
   absl::MutexLock lock(&mu_);
   if (absl::Status s = CheckOpen(); !s.ok()) return s;
   if (absl::Status s = programs_.Remove(program).status(); !s.ok()) return s;
@@ -170,7 +170,7 @@ absl::Status Session::FreeProgram(Handle program) {
   return absl::OkStatus();
 }
 
-absl::Status Session::PackArgs(const Kernel& kernel, const LaunchOp& op, std::span<const Variable> variables,
+absl::Status DeviceSession::PackArgs(const Kernel& kernel, const LaunchOp& op, std::span<const VariableDecl> variables,
                                std::span<const int64_t> values, std::vector<ArgValue>& out) const {
   const std::vector<Param>& params = kernel.signature().params;
   if (op.args.size() != params.size())
@@ -183,7 +183,7 @@ absl::Status Session::PackArgs(const Kernel& kernel, const LaunchOp& op, std::sp
     if (p.kind == ParamKind::kBuffer) {
       const ViewArg* view = std::get_if<ViewArg>(&arg);
       if (!view) return absl::InvalidArgumentError(absl::StrCat("argument ", i, " must be a view of a buffer"));
-      absl::StatusOr<std::shared_ptr<Buffer>> b = FindBuffer(view->buffer);
+      absl::StatusOr<std::shared_ptr<DeviceBuffer>> b = FindBuffer(view->buffer);
       if (!b.ok()) return absl::NotFoundError(absl::StrCat("argument ", i, ": ", b.status().message()));
       absl::StatusOr<std::pair<uint64_t, uint64_t>> range = ResolveView(*view, (*b)->allocation.bytes);
       if (!range.ok()) return absl::InvalidArgumentError(absl::StrCat("argument ", i, ": ", range.status().message()));
@@ -205,7 +205,7 @@ absl::Status Session::PackArgs(const Kernel& kernel, const LaunchOp& op, std::sp
 namespace {
 
 absl::StatusOr<Dim3> EvaluateDims(const std::vector<Expression>& dims, const Dim3& max, uint64_t max_total,
-                                  std::span<const Variable> variables, std::span<const int64_t> values,
+                                  std::span<const VariableDecl> variables, std::span<const int64_t> values,
                                   absl::string_view what) {
   std::vector<uint64_t> evaluated;
   for (size_t d = 0; d < dims.size() && d < 4; ++d) {
@@ -226,7 +226,7 @@ std::array<Expression, 3> PadDims(const std::vector<Expression>& dims) {
 
 }  // namespace
 
-absl::StatusOr<LaunchResult> Session::Launch(const LaunchOp& op) {
+absl::StatusOr<LaunchResult> DeviceSession::Launch(const LaunchOp& op) {
   absl::MutexLock lock(&mu_);
   if (absl::Status s = CheckOpen(); !s.ok()) return s;
   absl::StatusOr<std::shared_ptr<Program>> program = programs_.Find(op.program);
@@ -258,11 +258,11 @@ absl::StatusOr<LaunchResult> Session::Launch(const LaunchOp& op) {
   return LaunchResult{*time};
 }
 
-absl::StatusOr<std::vector<RecordedArg>> Session::RecordedArgs(const LaunchOp& op) const {
+absl::StatusOr<std::vector<RecordedArg>> DeviceSession::RecordedArgs(const LaunchOp& op) const {
   std::vector<RecordedArg> args;
   for (const CallArg& arg : op.args) {
     if (const ViewArg* v = std::get_if<ViewArg>(&arg)) {
-      absl::StatusOr<std::shared_ptr<Buffer>> b = FindBuffer(v->buffer);
+      absl::StatusOr<std::shared_ptr<DeviceBuffer>> b = FindBuffer(v->buffer);
       if (!b.ok()) return b.status();
       args.push_back(RecordedView{std::move(*b), *v});
     } else {
@@ -272,25 +272,25 @@ absl::StatusOr<std::vector<RecordedArg>> Session::RecordedArgs(const LaunchOp& o
   return args;
 }
 
-absl::StatusOr<std::vector<std::shared_ptr<Buffer>>> Session::FindBuffers(const std::vector<Handle>& handles) const {
-  std::vector<std::shared_ptr<Buffer>> found;
+absl::StatusOr<std::vector<std::shared_ptr<DeviceBuffer>>> DeviceSession::FindBuffers(const std::vector<Handle>& handles) const {
+  std::vector<std::shared_ptr<DeviceBuffer>> found;
   for (Handle h : handles) {
-    absl::StatusOr<std::shared_ptr<Buffer>> b = FindBuffer(h);
+    absl::StatusOr<std::shared_ptr<DeviceBuffer>> b = FindBuffer(h);
     if (!b.ok()) return b.status();
     found.push_back(std::move(*b));
   }
   return found;
 }
 
-absl::StatusOr<LaunchResult> Session::CopyBuffer(const CopyOp& op) {
+absl::StatusOr<LaunchResult> DeviceSession::CopyBuffer(const CopyOp& op) {
   absl::MutexLock lock(&mu_);
   if (absl::Status s = CheckOpen(); !s.ok()) return s;
-  std::shared_ptr<Buffer> buffers[2];
+  std::shared_ptr<DeviceBuffer> buffers[2];
   std::pair<uint64_t, uint64_t> ranges[2];
   const ViewArg* views[2] = {&op.dst, &op.src};
   for (int i = 0; i < 2; ++i) {
     const char* what = i == 0 ? "destination" : "source";
-    absl::StatusOr<std::shared_ptr<Buffer>> b = FindBuffer(views[i]->buffer);
+    absl::StatusOr<std::shared_ptr<DeviceBuffer>> b = FindBuffer(views[i]->buffer);
     if (!b.ok()) return absl::NotFoundError(absl::StrCat(what, ": ", b.status().message()));
     absl::StatusOr<std::pair<uint64_t, uint64_t>> r = ResolveView(*views[i], (*b)->allocation.bytes);
     if (!r.ok()) return absl::InvalidArgumentError(absl::StrCat(what, ": ", r.status().message()));
@@ -314,13 +314,13 @@ absl::StatusOr<LaunchResult> Session::CopyBuffer(const CopyOp& op) {
   return LaunchResult{*time};
 }
 
-absl::Status Session::BeginCapture(const std::vector<Handle>& inputs, const std::vector<Variable>& variables) {
+absl::Status DeviceSession::BeginCapture(const std::vector<Handle>& inputs, const std::vector<VariableDecl>& variables) {
   absl::MutexLock lock(&mu_);
   if (absl::Status s = CheckOpen(); !s.ok()) return s;
   if (capture_) return absl::FailedPreconditionError("a capture is already open in this session");
   std::vector<CapturedBuffer> named;
   for (Handle h : inputs) {
-    absl::StatusOr<std::shared_ptr<Buffer>> b = FindBuffer(h);
+    absl::StatusOr<std::shared_ptr<DeviceBuffer>> b = FindBuffer(h);
     if (!b.ok()) return b.status();
     named.push_back({h, std::move(*b)});
   }
@@ -330,7 +330,7 @@ absl::Status Session::BeginCapture(const std::vector<Handle>& inputs, const std:
   return absl::OkStatus();
 }
 
-absl::StatusOr<GraphInfo> Session::EndCapture(const std::vector<Handle>& outputs, bool discard) {
+absl::StatusOr<GraphInfo> DeviceSession::EndCapture(const std::vector<Handle>& outputs, bool discard) {
   absl::MutexLock lock(&mu_);
   if (absl::Status s = CheckOpen(); !s.ok()) return s;
   if (!capture_) return absl::FailedPreconditionError("no capture is open in this session");
@@ -340,21 +340,21 @@ absl::StatusOr<GraphInfo> Session::EndCapture(const std::vector<Handle>& outputs
   }
   if (capture_->call_count() == 0)
     return absl::FailedPreconditionError("the capture recorded no call; launch, or end it with discard");
-  absl::StatusOr<std::vector<std::shared_ptr<Buffer>>> output_buffers = FindBuffers(outputs);
+  absl::StatusOr<std::vector<std::shared_ptr<DeviceBuffer>>> output_buffers = FindBuffers(outputs);
   if (!output_buffers.ok()) return output_buffers.status();
   absl::StatusOr<GraphInfo> info = AddGraph(capture_->ToGraph(*output_buffers));
   if (info.ok()) capture_.reset();
   return info;
 }
 
-absl::StatusOr<Graph> Session::GraphFromDef(const GraphDef& def) {
+absl::StatusOr<Graph> DeviceSession::GraphFromDef(const GraphDef& def) {
   Graph g;
   g.variables = def.variables;
   for (size_t i = 0; i < def.slots.size(); ++i) {
     const SlotDef& sd = def.slots[i];
     Slot slot{sd.kind, sd.bytes, nullptr};
     if (sd.kind == SlotKind::kConstant) {
-      absl::StatusOr<std::shared_ptr<Buffer>> b = FindBuffer(sd.buffer);
+      absl::StatusOr<std::shared_ptr<DeviceBuffer>> b = FindBuffer(sd.buffer);
       if (!b.ok()) return absl::NotFoundError(absl::StrCat("slot ", i, ": ", b.status().message()));
       if (sd.bytes != 0 && sd.bytes != (*b)->allocation.bytes)
         return absl::InvalidArgumentError(absl::StrCat("slot ", i, ": ", sd.bytes, " bytes declared, buffer ",
@@ -383,7 +383,7 @@ absl::StatusOr<Graph> Session::GraphFromDef(const GraphDef& def) {
   return g;
 }
 
-absl::StatusOr<GraphInfo> Session::DefineGraph(const GraphDef& def) {
+absl::StatusOr<GraphInfo> DeviceSession::DefineGraph(const GraphDef& def) {
   absl::MutexLock lock(&mu_);
   if (absl::Status s = CheckOpen(); !s.ok()) return s;
   if (absl::Status s = CheckGraphLimits(def.variables.size(), def.slots.size(), def.calls.size()); !s.ok()) return s;
@@ -392,7 +392,7 @@ absl::StatusOr<GraphInfo> Session::DefineGraph(const GraphDef& def) {
   return AddGraph(std::move(*g));
 }
 
-absl::StatusOr<GraphInfo> Session::AddGraph(Graph graph) {
+absl::StatusOr<GraphInfo> DeviceSession::AddGraph(Graph graph) {
   if (absl::Status s = CheckGraph(graph, device()); !s.ok()) return s;
   if (absl::Status s = env_.account->Reserve(Resource::kGraphs, 1); !s.ok()) return s;
   Reservation reserved(env_.account, Resource::kGraphs, 1);
@@ -412,7 +412,7 @@ absl::StatusOr<GraphInfo> Session::AddGraph(Graph graph) {
   return Describe(h, *instance, hit);
 }
 
-GraphInfo Session::Describe(Handle handle, const GraphInstance& instance, bool cache_hit) const {
+GraphInfo DeviceSession::Describe(Handle handle, const GraphInstance& instance, bool cache_hit) const {
   GraphInfo info;
   info.handle = handle;
   info.key = instance.key();
@@ -424,12 +424,12 @@ GraphInfo Session::Describe(Handle handle, const GraphInstance& instance, bool c
   info.replays = instance.replays();
   for (uint32_t slot : instance.buffer_params())
     info.params.push_back({true, slot, instance.graph().slots[slot].bytes, {}});
-  for (const Variable& v : instance.graph().variables) info.params.push_back({false, 0, 0, v});
+  for (const VariableDecl& v : instance.graph().variables) info.params.push_back({false, 0, 0, v});
   info.cache = env_.graph_cache->stats();
   return info;
 }
 
-absl::StatusOr<GraphInfo> Session::DescribeGraph(Handle graph) {
+absl::StatusOr<GraphInfo> DeviceSession::DescribeGraph(Handle graph) {
   absl::MutexLock lock(&mu_);
   if (absl::Status s = CheckOpen(); !s.ok()) return s;
   absl::StatusOr<std::shared_ptr<GraphInstance>> g = graphs_.Find(graph);
@@ -437,7 +437,7 @@ absl::StatusOr<GraphInfo> Session::DescribeGraph(Handle graph) {
   return Describe(graph, **g, false);
 }
 
-absl::Status Session::FreeGraph(Handle graph) {
+absl::Status DeviceSession::FreeGraph(Handle graph) {
   absl::MutexLock lock(&mu_);
   if (absl::Status s = CheckOpen(); !s.ok()) return s;
   if (absl::Status s = graphs_.Remove(graph).status(); !s.ok()) return s;
@@ -446,19 +446,19 @@ absl::Status Session::FreeGraph(Handle graph) {
   return absl::OkStatus();
 }
 
-absl::StatusOr<std::shared_ptr<GraphInstance>> Session::FindReplayable(Handle graph) const {
+absl::StatusOr<std::shared_ptr<GraphInstance>> DeviceSession::FindReplayable(Handle graph) const {
   if (absl::Status s = CheckOpen(); !s.ok()) return s;
   if (capture_) return absl::FailedPreconditionError("ReplayGraph while a capture is open");
   return graphs_.Find(graph);
 }
 
-absl::StatusOr<ReplayResult> Session::ReplayGraph(const ReplayOp& op) {
-  ReplayResult result;
+absl::StatusOr<ReplayOutcome> DeviceSession::ReplayGraph(const ReplayOp& op) {
+  ReplayOutcome result;
   if (absl::Status s = ReplayGraph(op, result); !s.ok()) return s;
   return result;
 }
 
-absl::Status Session::ReplayGraph(const ReplayOp& op, ReplayResult& result) {
+absl::Status DeviceSession::ReplayGraph(const ReplayOp& op, ReplayOutcome& result) {
   absl::MutexLock lock(&mu_);
   absl::StatusOr<std::shared_ptr<GraphInstance>> g = FindReplayable(op.graph);
   if (!g.ok()) return g.status();
@@ -480,7 +480,7 @@ absl::Status Session::ReplayGraph(const ReplayOp& op, ReplayResult& result) {
   return TakeReads(*context_, reads, result.reads);
 }
 
-absl::StatusOr<SequenceResult> Session::ReplaySequence(const ReplaySequenceOp& op, const ReplayCallback& on_replay) {
+absl::StatusOr<SequenceOutcome> DeviceSession::ReplaySequence(const ReplaySequenceOp& op, const ReplayCallback& on_replay) {
   absl::MutexLock lock(&mu_);
   absl::StatusOr<std::shared_ptr<GraphInstance>> found = FindReplayable(op.graph);
   if (!found.ok()) return found.status();
@@ -491,8 +491,8 @@ absl::StatusOr<SequenceResult> Session::ReplaySequence(const ReplaySequenceOp& o
   std::vector<ResolvedRead> reads;
   if (absl::Status s = ResolveReads(op.reads, buffers_, reads); !s.ok()) return s;
 
-  SequenceResult result;
-  ReplayResult step_result;
+  SequenceOutcome result;
+  ReplayOutcome step_result;
   const uint64_t count = vectors->count();
   auto start = std::chrono::steady_clock::now();
   // A turn per replay, so other tenants' work runs between the replays of a long
@@ -527,7 +527,7 @@ absl::StatusOr<SequenceResult> Session::ReplaySequence(const ReplaySequenceOp& o
   return result;
 }
 
-absl::Status Session::Synchronize() {
+absl::Status DeviceSession::Synchronize() {
   absl::MutexLock lock(&mu_);
   if (absl::Status s = CheckOpen(); !s.ok()) return s;
   return context_->Synchronize();

@@ -57,7 +57,7 @@ struct CallDef {
   std::vector<Expression> global, local;  // up to 3 each; missing ones are 1
 };
 struct GraphDef {
-  std::vector<Variable> variables;
+  std::vector<VariableDecl> variables;
   std::vector<SlotDef> slots;
   std::vector<CallDef> calls;
 };
@@ -66,7 +66,7 @@ struct GraphParamInfo {
   bool is_buffer = true;
   uint32_t slot = 0;   // buffers
   uint64_t bytes = 0;  // buffers: the least size accepted
-  Variable variable;   // variables
+  VariableDecl variable;   // variables
 };
 
 struct GraphInfo {
@@ -94,12 +94,12 @@ struct SessionEnv {
   Scheduler::Queue* queue = nullptr;  // the tenant's on that device
 };
 
-class Session {
+class DeviceSession {
  public:
-  Session(SessionId id, std::string tenant, SessionEnv env, std::shared_ptr<Context> context, absl::Duration lease);
-  ~Session();
-  Session(const Session&) = delete;
-  Session& operator=(const Session&) = delete;
+  DeviceSession(SessionId id, std::string tenant, SessionEnv env, std::shared_ptr<Context> context, absl::Duration lease);
+  ~DeviceSession();
+  DeviceSession(const DeviceSession&) = delete;
+  DeviceSession& operator=(const DeviceSession&) = delete;
 
   SessionId id() const { return id_; }
   const std::string& tenant() const { return tenant_; }
@@ -140,7 +140,7 @@ class Session {
   absl::Status Synchronize();
 
   // Opens a capture. FAILED_PRECONDITION when one is open; NOT_FOUND for an unknown input.
-  absl::Status BeginCapture(const std::vector<Handle>& inputs, const std::vector<Variable>& variables);
+  absl::Status BeginCapture(const std::vector<Handle>& inputs, const std::vector<VariableDecl>& variables);
   // Closes the capture and returns its graph (a cache hit when the same structure was
   // seen). FAILED_PRECONDITION when no capture is open or it recorded no call. On any
   // failure the capture stays open as it was; `discard` closes it with no graph
@@ -152,12 +152,12 @@ class Session {
   absl::Status FreeGraph(Handle graph);
   // Replays a graph with a parameter vector; checks everything before anything runs.
   // FAILED_PRECONDITION while capturing.
-  absl::StatusOr<ReplayResult> ReplayGraph(const ReplayOp& op);
+  absl::StatusOr<ReplayOutcome> ReplayGraph(const ReplayOp& op);
   // The same into `result`, reusing its storage (the stream's hot path).
-  absl::Status ReplayGraph(const ReplayOp& op, ReplayResult& result);
+  absl::Status ReplayGraph(const ReplayOp& op, ReplayOutcome& result);
   // Replays a sequence, checking every parameter vector and read before the first replay.
   // `on_replay` gets the reads of every replay with stream_reads, else of the last only.
-  absl::StatusOr<SequenceResult> ReplaySequence(const ReplaySequenceOp& op, const ReplayCallback& on_replay);
+  absl::StatusOr<SequenceOutcome> ReplaySequence(const ReplaySequenceOp& op, const ReplayCallback& on_replay);
 
   // Bytes of device memory held by this session's buffers.
   uint64_t memory_in_use() const;
@@ -168,12 +168,12 @@ class Session {
  private:
   void CloseLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status CheckOpen() const ABSL_SHARED_LOCKS_REQUIRED(mu_);
-  absl::StatusOr<std::shared_ptr<Buffer>> FindBuffer(Handle buffer) const ABSL_SHARED_LOCKS_REQUIRED(mu_);
-  absl::Status PackArgs(const Kernel& kernel, const LaunchOp& op, std::span<const Variable> variables,
+  absl::StatusOr<std::shared_ptr<DeviceBuffer>> FindBuffer(Handle buffer) const ABSL_SHARED_LOCKS_REQUIRED(mu_);
+  absl::Status PackArgs(const Kernel& kernel, const LaunchOp& op, std::span<const VariableDecl> variables,
                         std::span<const int64_t> values, std::vector<ArgValue>& out) const
       ABSL_SHARED_LOCKS_REQUIRED(mu_);
   // The buffers `handles` name, in order, or NOT_FOUND for the first unknown one.
-  absl::StatusOr<std::vector<std::shared_ptr<Buffer>>> FindBuffers(const std::vector<Handle>& handles) const
+  absl::StatusOr<std::vector<std::shared_ptr<DeviceBuffer>>> FindBuffers(const std::vector<Handle>& handles) const
       ABSL_SHARED_LOCKS_REQUIRED(mu_);
   // The arguments of `op` as a capture records them: each view with its buffer.
   absl::StatusOr<std::vector<RecordedArg>> RecordedArgs(const LaunchOp& op) const ABSL_SHARED_LOCKS_REQUIRED(mu_);
@@ -195,7 +195,7 @@ class Session {
   std::atomic<size_t> program_count_ = 0, graph_count_ = 0;
   std::shared_ptr<Context> context_;
   // Declared after context_, so they are destroyed (and free their memory) before it.
-  HandleTable<Buffer> buffers_ ABSL_GUARDED_BY(mu_){"buffer"};
+  HandleTable<DeviceBuffer> buffers_ ABSL_GUARDED_BY(mu_){"buffer"};
   HandleTable<Program> programs_ ABSL_GUARDED_BY(mu_){"program"};
   HandleTable<GraphInstance> graphs_ ABSL_GUARDED_BY(mu_){"graph"};
   std::optional<CaptureRecord> capture_ ABSL_GUARDED_BY(mu_);

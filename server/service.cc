@@ -10,7 +10,7 @@ absl::StatusOr<std::shared_ptr<const Tenant>> ReplaydService::Caller(const grpc:
   return auth_->Authenticate(*context);
 }
 
-absl::StatusOr<std::shared_ptr<replayd::Session>> ReplaydService::FindSession(const grpc::ServerContext* context,
+absl::StatusOr<std::shared_ptr<replayd::DeviceSession>> ReplaydService::FindSession(const grpc::ServerContext* context,
                                                                               SessionId id) {
   absl::StatusOr<std::shared_ptr<const Tenant>> caller = Caller(context);
   if (!caller.ok()) return caller.status();
@@ -154,14 +154,14 @@ grpc::Status ReplaydService::Launch(grpc::ServerContext* context, const v1::Laun
                                     v1::LaunchReply* reply) {
   auto session = FindSession(context, request->session());
   if (!session.ok()) return ToGrpc(session.status());
-  return ToGrpc(RunEager(**session, &replayd::Session::Launch, *request, *reply));
+  return ToGrpc(RunEager(**session, &replayd::DeviceSession::Launch, *request, *reply));
 }
 
 grpc::Status ReplaydService::CopyBuffer(grpc::ServerContext* context, const v1::CopyBufferRequest* request,
                                         v1::CopyBufferReply* reply) {
   auto session = FindSession(context, request->session());
   if (!session.ok()) return ToGrpc(session.status());
-  return ToGrpc(RunEager(**session, &replayd::Session::CopyBuffer, *request, *reply));
+  return ToGrpc(RunEager(**session, &replayd::DeviceSession::CopyBuffer, *request, *reply));
 }
 
 grpc::Status ReplaydService::Synchronize(grpc::ServerContext* context, const v1::SynchronizeRequest* request,
@@ -176,9 +176,9 @@ grpc::Status ReplaydService::BeginCapture(grpc::ServerContext* context, const v1
   auto session = FindSession(context, request->session());
   if (!session.ok()) return ToGrpc(session.status());
   if (absl::Status s = CheckGraphLimits(request->variables_size(), 0, 0); !s.ok()) return ToGrpc(s);
-  std::vector<Variable> variables;
+  std::vector<VariableDecl> variables;
   for (const v1::Variable& v : request->variables()) {
-    absl::StatusOr<Variable> var = FromProto(v);
+    absl::StatusOr<VariableDecl> var = FromProto(v);
     if (!var.ok()) return ToGrpc(var.status());
     variables.push_back(*var);
   }
@@ -215,7 +215,7 @@ grpc::Status ReplaydService::ReplayGraph(grpc::ServerContext* context, const v1:
   if (!session.ok()) return ToGrpc(session.status());
   absl::StatusOr<ReplayOp> op = FromProto(*request);
   if (!op.ok()) return ToGrpc(op.status());
-  absl::StatusOr<ReplayResult> result = (*session)->ReplayGraph(*op);
+  absl::StatusOr<ReplayOutcome> result = (*session)->ReplayGraph(*op);
   if (!result.ok()) return ToGrpc(result.status());
   if (result->device_time) reply->set_device_seconds(absl::ToDoubleSeconds(*result->device_time));
   for (std::string& r : result->reads) reply->add_reads(std::move(r));

@@ -63,7 +63,7 @@ class ReplaydService final : public SessionStreamService {
  private:
   // The caller's tenant, from the call's bearer token; UNAUTHENTICATED without one.
   absl::StatusOr<std::shared_ptr<const Tenant>> Caller(const grpc::ServerContext* context) const;
-  absl::StatusOr<std::shared_ptr<replayd::Session>> FindSession(const grpc::ServerContext* context,
+  absl::StatusOr<std::shared_ptr<replayd::DeviceSession>> FindSession(const grpc::ServerContext* context,
                                                        SessionId id);
 
   Engine* const engine_;

@@ -39,12 +39,12 @@ class StreamOps {
  public:
   explicit StreamOps(ReplySink& sink) : sink_(sink) {}
 
-  absl::Status Run(Session& session, const v1::SessionRequest& request, v1::SessionReply& reply) {
+  absl::Status Run(DeviceSession& session, const v1::SessionRequest& request, v1::SessionReply& reply) {
     switch (request.op_case()) {
       case v1::SessionRequest::kLaunch:
-        return RunEager(session, &Session::Launch, request.launch(), *reply.mutable_launch());
+        return RunEager(session, &DeviceSession::Launch, request.launch(), *reply.mutable_launch());
       case v1::SessionRequest::kCopy:
-        return RunEager(session, &Session::CopyBuffer, request.copy(), *reply.mutable_copy());
+        return RunEager(session, &DeviceSession::CopyBuffer, request.copy(), *reply.mutable_copy());
       case v1::SessionRequest::kReplay: {
         if (absl::Status s = FromProto(request.replay(), replay_op_); !s.ok()) return s;
         if (absl::Status s = session.ReplayGraph(replay_op_, replay_result_); !s.ok()) return s;
@@ -89,14 +89,14 @@ class StreamOps {
   }
 
  private:
-  absl::Status RunSequence(Session& session, const v1::SessionRequest& request, v1::SessionReply& reply) {
+  absl::Status RunSequence(DeviceSession& session, const v1::SessionRequest& request, v1::SessionReply& reply) {
     absl::StatusOr<ReplaySequenceOp> op = FromProto(request.replay_sequence());
     if (!op.ok()) return op.status();
     // A sequence whose stream breaks stops at its next replay, streamed reads or not.
     op->stopped = [this] { return sink_.Broken(); };
     const uint64_t last = op->vectors.empty() ? op->count - 1 : op->vectors.size() - 1;
-    absl::StatusOr<SequenceResult> r =
-        session.ReplaySequence(*op, [&](uint64_t index, const ReplayResult& result) -> absl::Status {
+    absl::StatusOr<SequenceOutcome> r =
+        session.ReplaySequence(*op, [&](uint64_t index, const ReplayOutcome& result) -> absl::Status {
           std::unique_ptr<v1::SessionReply> step = index == last ? nullptr : sink_.NewReply();
           v1::ReplaySequenceReply* out = (step ? *step : reply).mutable_sequence();
           out->set_index(static_cast<uint32_t>(index));
@@ -114,7 +114,7 @@ class StreamOps {
 
   ReplySink& sink_;
   ReplayOp replay_op_;
-  ReplayResult replay_result_;
+  ReplayOutcome replay_result_;
 };
 
 // The per-stream state: its session, and whether a failure cancels what follows.
@@ -135,7 +135,7 @@ class StreamRunner {
     if (refused) {
       status = *refused;
     } else if (!session_ || (request.session() != 0 && request.session() != session_->id())) {
-      absl::StatusOr<std::shared_ptr<Session>> found =
+      absl::StatusOr<std::shared_ptr<DeviceSession>> found =
           session_ ? absl::InvalidArgumentError("a Session stream serves one session")
                    : engine_.FindSession(tenant_, request.session());
       if (found.ok()) session_ = *found;
@@ -164,7 +164,7 @@ class StreamRunner {
   Engine& engine_;
   const std::string tenant_;
   StreamOps ops_;
-  std::shared_ptr<Session> session_;
+  std::shared_ptr<DeviceSession> session_;
   // After a failed operation without continue_on_error: set, with the seq that failed.
   bool failed_ = false;
   uint64_t failed_seq_ = 0;
@@ -229,9 +229,9 @@ bool IsSequence(const v1::SessionRequest& request) {
 //     running requests inline takes none: it runs them inside OnRead, under the read's
 //     reference. A worker that has given the turn up holds its reference until it returns,
 //     so it may overlap the next worker's.
-class SessionStream final : public QueuedCall, public ReplySink {
+class StreamCall final : public QueuedCall, public ReplySink {
  public:
-  SessionStream(const CallHost<SessionStreamService>& host, Engine& engine, size_t window)
+  StreamCall(const CallHost<SessionStreamService>& host, Engine& engine, size_t window)
       : host_(host), engine_(engine), window_(window) {}
 
   void Request() override {
@@ -318,7 +318,7 @@ class SessionStream final : public QueuedCall, public ReplySink {
       --refs_;  // the done event's
       return;
     }
-    host_.queue.Listen(new SessionStream(host_, engine_, window_));
+    host_.queue.Listen(new StreamCall(host_, engine_, window_));
     absl::StatusOr<std::shared_ptr<const Tenant>> caller = host_.auth.Authenticate(context_);
     Io io;
     {
@@ -557,7 +557,7 @@ void SessionStreamServer::Start() {
   for (int i = 0; i < options_.threads; ++i) threads_.emplace_back([this] { calls_.Poll(); });
   dispatcher_.StartStandby([this](absl::Time deadline) { return calls_.PollOnce(deadline); });
   const CallHost<SessionStreamService> host{service_, calls_, dispatcher_, auth_};
-  calls_.Listen(new SessionStream(host, engine_, options_.window));
+  calls_.Listen(new StreamCall(host, engine_, options_.window));
   using Service = v1::Replayd::Service;
   ServeUnary(host, &SessionStreamService::RequestReplayGraph, &Service::ReplayGraph);
   ServeUnary(host, &SessionStreamService::RequestLaunch, &Service::Launch);

@@ -44,7 +44,7 @@ absl::StatusOr<Param> FromProto(const v1::Param& p, int index) {
   return out;
 }
 
-absl::StatusOr<Expression> ExprFromProto(const v1::Expr& e, std::span<const Variable> variables, int depth,
+absl::StatusOr<Expression> ExprFromProto(const v1::Expr& e, std::span<const VariableDecl> variables, int depth,
                                          size_t* nodes) {
   if (depth > 64) return absl::InvalidArgumentError("expression nested more than 64 deep");
   if (++*nodes > Expression::kMaxNodes)
@@ -102,7 +102,7 @@ absl::StatusOr<Expression> ExprFromProto(const v1::Expr& e, std::span<const Vari
 
 absl::StatusOr<std::vector<Expression>> DimsFromProto(const google::protobuf::RepeatedField<uint64_t>& plain,
                                                       const google::protobuf::RepeatedPtrField<v1::Expr>& symbolic,
-                                                      std::span<const Variable> variables, absl::string_view what) {
+                                                      std::span<const VariableDecl> variables, absl::string_view what) {
   if (!plain.empty() && !symbolic.empty())
     return absl::InvalidArgumentError(absl::StrCat(what, " and ", what, "_expr are both set"));
   if (plain.size() > 3 || symbolic.size() > 3)
@@ -124,13 +124,13 @@ absl::StatusOr<std::vector<Expression>> DimsFromProto(const google::protobuf::Re
 
 }  // namespace
 
-absl::StatusOr<Variable> FromProto(const v1::Variable& v) {
-  Variable out{v.name(), v.min(), v.max(), v.multiple_of() == 0 ? 1 : v.multiple_of()};
+absl::StatusOr<VariableDecl> FromProto(const v1::Variable& v) {
+  VariableDecl out{v.name(), v.min(), v.max(), v.multiple_of() == 0 ? 1 : v.multiple_of()};
   if (absl::Status s = CheckVariable(out); !s.ok()) return s;
   return out;
 }
 
-absl::StatusOr<Expression> FromProto(const v1::Expr& expr, std::span<const Variable> variables) {
+absl::StatusOr<Expression> FromProto(const v1::Expr& expr, std::span<const VariableDecl> variables) {
   size_t nodes = 0;
   return ExprFromProto(expr, variables, 0, &nodes);
 }
@@ -159,9 +159,9 @@ absl::StatusOr<LaunchOp> FromProto(const v1::LaunchRequest& request) {
   op.wait = request.wait();
   if (request.variables_size() > static_cast<int>(kMaxGraphVariables))
     return absl::InvalidArgumentError(absl::StrCat("more than ", kMaxGraphVariables, " variables"));
-  std::vector<Variable> variables;
+  std::vector<VariableDecl> variables;
   for (const v1::BoundVariable& b : request.variables()) {
-    absl::StatusOr<Variable> v = FromProto(b.variable());
+    absl::StatusOr<VariableDecl> v = FromProto(b.variable());
     if (!v.ok()) return v.status();
     variables.push_back(*v);
     op.variables.push_back({*v, b.value()});
@@ -208,7 +208,7 @@ absl::StatusOr<GraphDef> FromProto(const v1::GraphDef& def) {
   GraphDef out;
   if (absl::Status s = CheckGraphLimits(def.variables_size(), def.slots_size(), def.calls_size()); !s.ok()) return s;
   for (const v1::Variable& v : def.variables()) {
-    absl::StatusOr<Variable> var = FromProto(v);
+    absl::StatusOr<VariableDecl> var = FromProto(v);
     if (!var.ok()) return var.status();
     out.variables.push_back(*var);
   }

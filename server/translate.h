@@ -16,9 +16,9 @@ namespace replayd {
 absl::StatusOr<ProgramSource> FromProto(const v1::LoadProgramRequest& request);
 absl::StatusOr<LaunchOp> FromProto(const v1::LaunchRequest& request);
 absl::StatusOr<CopyOp> FromProto(const v1::CopyBufferRequest& request);
-absl::StatusOr<Variable> FromProto(const v1::Variable& variable);
+absl::StatusOr<VariableDecl> FromProto(const v1::Variable& variable);
 // An expression whose variable names resolve through `variables`.
-absl::StatusOr<Expression> FromProto(const v1::Expr& expr, std::span<const Variable> variables);
+absl::StatusOr<Expression> FromProto(const v1::Expr& expr, std::span<const VariableDecl> variables);
 absl::StatusOr<GraphDef> FromProto(const v1::GraphDef& def);
 absl::StatusOr<ReplayOp> FromProto(const v1::ReplayGraphRequest& request);
 // The same into `op`, reusing its storage.
@@ -26,10 +26,10 @@ absl::Status FromProto(const v1::ReplayGraphRequest& request, ReplayOp& op);
 absl::StatusOr<ReplaySequenceOp> FromProto(const v1::ReplaySequenceRequest& request);
 void ToProto(const DeviceStatus& device, v1::Device* out);
 
-// Runs an eager device operation (Session::Launch or Session::CopyBuffer) decoded from
+// Runs an eager device operation (DeviceSession::Launch or DeviceSession::CopyBuffer) decoded from
 // `request` and sets the device time in `reply`, for the unary RPC and the stream alike.
 template <typename Request, typename Op, typename Reply>
-absl::Status RunEager(Session& session, absl::StatusOr<LaunchResult> (Session::*run)(const Op&), const Request& request,
+absl::Status RunEager(DeviceSession& session, absl::StatusOr<LaunchResult> (DeviceSession::*run)(const Op&), const Request& request,
                       Reply& reply) {
   absl::StatusOr<Op> op = FromProto(request);
   if (!op.ok()) return op.status();

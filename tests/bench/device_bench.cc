@@ -34,7 +34,7 @@ extern "C" __global__ void step(float *x, int n, int pos) {
 
 struct Chain {
   std::unique_ptr<Engine> engine;
-  std::shared_ptr<Session> session;
+  std::shared_ptr<DeviceSession> session;
   LaunchOp op;
   Handle graph = 0, x = 0;
 };
@@ -81,7 +81,7 @@ Chain Open(std::vector<std::unique_ptr<Device>> devices, const std::string& devi
   ProgramSource source{format, gpu ? kGpuChainKernel : kChainKernel, "step", sig, {}};
   ProgramInfo program = Must(c.session->LoadProgram(source), "load");
   c.x = Must(c.session->AllocBuffer(kFloats * 4), "alloc");
-  const Variable pos{"pos", 1, 1 << 30, 1};
+  const VariableDecl pos{"pos", 1, 1 << 30, 1};
   c.op.program = program.handle;
   c.op.variables = {{pos, 1}};
   c.op.args = {ViewArg{c.x, 0, 0}, Expression::Constant(kFloats), Expression::Var(0)};
@@ -127,7 +127,7 @@ double DeviceUsPerKernel(Chain& c) {
   op.graph = c.graph;
   op.params = {BufferParam{c.x}, int64_t{1}};
   op.wait = true;
-  ReplayResult r = Must(c.session->ReplayGraph(op), "replay");
+  ReplayOutcome r = Must(c.session->ReplayGraph(op), "replay");
   return r.device_time ? absl::ToDoubleMicroseconds(*r.device_time) / kCalls : 0;
 }
 

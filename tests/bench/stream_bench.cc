@@ -50,7 +50,7 @@ class InProcessChain {
                   {"pos", ParamKind::kInt32, Access::kNone}};
     auto program = *session_->LoadProgram({"cpu-c", kChainKernel, "step", sig, {}});
     Handle x = *session_->AllocBuffer(kFloats * 4);
-    Variable pos{"pos", 1, 1 << 30, 1};
+    VariableDecl pos{"pos", 1, 1 << 30, 1};
     (void)session_->BeginCapture({x}, {pos});
     LaunchOp op;
     op.program = program.handle;
@@ -75,7 +75,7 @@ class InProcessChain {
     PinTo(cpu);
     seq_.count = n;
     auto start = Clock::now();
-    if (!session_->ReplaySequence(seq_, [](uint64_t, const ReplayResult&) { return absl::OkStatus(); }).ok())
+    if (!session_->ReplaySequence(seq_, [](uint64_t, const ReplayOutcome&) { return absl::OkStatus(); }).ok())
       std::exit(1);
     const double rate = n / Seconds(Clock::now() - start);
     PinTo(home);
@@ -92,7 +92,7 @@ class InProcessChain {
   EngineOptions options_;
   CpuDriver driver_;
   std::unique_ptr<Engine> engine_;
-  std::shared_ptr<Session> session_;
+  std::shared_ptr<DeviceSession> session_;
   ReplaySequenceOp seq_;
 };
 

@@ -52,7 +52,7 @@ TEST(ResolveViewTest, RejectsRangesOutsideTheBuffer) {
 }
 
 TEST(CheckBoundVariablesTest, SplitsDefinitionsAndValuesOrNamesWhatIsWrong) {
-  const Variable pos{"pos", 1, 256, 1}, n{"n", 0, 64, 8};
+  const VariableDecl pos{"pos", 1, 256, 1}, n{"n", 0, 64, 8};
   absl::StatusOr<BoundValues> bound = CheckBoundVariables({{pos, 17}, {n, 16}});
   ASSERT_TRUE(bound.ok()) << bound.status();
   ASSERT_EQ(bound->variables.size(), 2u);

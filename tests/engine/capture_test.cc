@@ -43,15 +43,15 @@ class CaptureTest : public ::testing::Test {
     program_ = AddK();
   }
 
-  absl::StatusOr<std::shared_ptr<Buffer>> NewBuffer(uint64_t bytes) {
+  absl::StatusOr<std::shared_ptr<DeviceBuffer>> NewBuffer(uint64_t bytes) {
     absl::StatusOr<Allocation> a = context_->Allocate(bytes);
     if (!a.ok()) return a.status();
-    return std::make_shared<Buffer>(context_, *a);
+    return std::make_shared<DeviceBuffer>(context_, *a);
   }
 
   // add_k(out, in, k) with k an expression over `variables`.
-  absl::Status Launch(CaptureRecord& record, const std::shared_ptr<Buffer>& out, const std::shared_ptr<Buffer>& in,
-                      Expression k, std::span<const Variable> variables) {
+  absl::Status Launch(CaptureRecord& record, const std::shared_ptr<DeviceBuffer>& out, const std::shared_ptr<DeviceBuffer>& in,
+                      Expression k, std::span<const VariableDecl> variables) {
     std::vector<RecordedArg> args = {RecordedView{out, ViewArg{1, 0, 0}}, RecordedView{in, ViewArg{2, 0, 0}},
                                      std::move(k)};
     return record.RecordLaunch(program_, std::move(args), kOnes, kOnes, variables);
@@ -63,19 +63,19 @@ class CaptureTest : public ::testing::Test {
 };
 
 TEST_F(CaptureTest, ARecordBecomesAGraphWithEachBufferClassified) {
-  ASSERT_OK_AND_ASSIGN(std::shared_ptr<Buffer> in, NewBuffer(64));
-  ASSERT_OK_AND_ASSIGN(std::shared_ptr<Buffer> out, NewBuffer(64));
-  ASSERT_OK_AND_ASSIGN(std::shared_ptr<Buffer> weights, NewBuffer(128));  // made before the capture
-  const Variable pos{"pos", 0, 100, 1};
+  ASSERT_OK_AND_ASSIGN(std::shared_ptr<DeviceBuffer> in, NewBuffer(64));
+  ASSERT_OK_AND_ASSIGN(std::shared_ptr<DeviceBuffer> out, NewBuffer(64));
+  ASSERT_OK_AND_ASSIGN(std::shared_ptr<DeviceBuffer> weights, NewBuffer(128));  // made before the capture
+  const VariableDecl pos{"pos", 0, 100, 1};
   ASSERT_OK_AND_ASSIGN(CaptureRecord record, CaptureRecord::Open({{1, in}}, {pos}));
 
-  ASSERT_OK_AND_ASSIGN(std::shared_ptr<Buffer> temp, NewBuffer(32));
+  ASSERT_OK_AND_ASSIGN(std::shared_ptr<DeviceBuffer> temp, NewBuffer(32));
   record.NoteAllocated(*temp);
-  ASSERT_OK_AND_ASSIGN(std::shared_ptr<Buffer> kept, NewBuffer(16));  // made inside, never freed
+  ASSERT_OK_AND_ASSIGN(std::shared_ptr<DeviceBuffer> kept, NewBuffer(16));  // made inside, never freed
   record.NoteAllocated(*kept);
 
   // The call binds `len` (new to the record) and `pos`, in that order.
-  const Variable call_vars[] = {{"len", 1, 8, 1}, pos};
+  const VariableDecl call_vars[] = {{"len", 1, 8, 1}, pos};
   ASSERT_TRUE(Launch(record, temp, in, Expression::Var(1), call_vars).ok());
   ASSERT_TRUE(Launch(record, out, temp, Expression::Var(0), call_vars).ok());
   ASSERT_TRUE(Launch(record, kept, weights, Expression::Constant(3), {}).ok());
@@ -83,7 +83,7 @@ TEST_F(CaptureTest, ARecordBecomesAGraphWithEachBufferClassified) {
   record.NoteFreed(*temp);
   EXPECT_EQ(record.call_count(), 4u);
 
-  const std::shared_ptr<Buffer> outputs[] = {out, in};  // an input named again is one parameter
+  const std::shared_ptr<DeviceBuffer> outputs[] = {out, in};  // an input named again is one parameter
   Graph g = record.ToGraph(outputs);
   ASSERT_EQ(g.variables.size(), 2u);
   EXPECT_EQ(g.variables[0].name, "pos");
@@ -124,11 +124,11 @@ TEST_F(CaptureTest, ARecordBecomesAGraphWithEachBufferClassified) {
 }
 
 TEST_F(CaptureTest, ALaunchWithAVariableOfAnotherRangeIsRefusedAndRecordsNothing) {
-  ASSERT_OK_AND_ASSIGN(std::shared_ptr<Buffer> a, NewBuffer(64));
-  ASSERT_OK_AND_ASSIGN(std::shared_ptr<Buffer> b, NewBuffer(64));
+  ASSERT_OK_AND_ASSIGN(std::shared_ptr<DeviceBuffer> a, NewBuffer(64));
+  ASSERT_OK_AND_ASSIGN(std::shared_ptr<DeviceBuffer> b, NewBuffer(64));
   ASSERT_OK_AND_ASSIGN(CaptureRecord record, CaptureRecord::Open({}, {{"pos", 0, 100, 1}}));
   // `len` is new and would be added, but `pos` disagrees: neither the call nor `len` stays.
-  const Variable call_vars[] = {{"len", 1, 8, 1}, {"pos", 0, 50, 1}};
+  const VariableDecl call_vars[] = {{"len", 1, 8, 1}, {"pos", 0, 50, 1}};
   absl::Status s = Launch(record, a, b, Expression::Var(1), call_vars);
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
   EXPECT_THAT(std::string(s.message()), HasSubstr("variable pos is bound with range [0, 50] multiple of 1; "
@@ -136,19 +136,19 @@ TEST_F(CaptureTest, ALaunchWithAVariableOfAnotherRangeIsRefusedAndRecordsNothing
   EXPECT_EQ(record.call_count(), 0u);
   ASSERT_EQ(record.variables().size(), 1u);
   // Another multiple_of disagrees too.
-  const Variable other_multiple[] = {{"pos", 0, 100, 2}};
+  const VariableDecl other_multiple[] = {{"pos", 0, 100, 2}};
   EXPECT_EQ(Launch(record, a, b, Expression::Var(0), other_multiple).code(), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(record.call_count(), 0u);
   // The same range is accepted.
-  const Variable same[] = {{"pos", 0, 100, 1}};
+  const VariableDecl same[] = {{"pos", 0, 100, 1}};
   EXPECT_TRUE(Launch(record, a, b, Expression::Var(0), same).ok());
   EXPECT_EQ(record.call_count(), 1u);
   EXPECT_EQ(record.variables().size(), 1u);
 }
 
 TEST_F(CaptureTest, ACallPastTheGraphLimitIsRefused) {
-  ASSERT_OK_AND_ASSIGN(std::shared_ptr<Buffer> a, NewBuffer(64));
-  ASSERT_OK_AND_ASSIGN(std::shared_ptr<Buffer> b, NewBuffer(64));
+  ASSERT_OK_AND_ASSIGN(std::shared_ptr<DeviceBuffer> a, NewBuffer(64));
+  ASSERT_OK_AND_ASSIGN(std::shared_ptr<DeviceBuffer> b, NewBuffer(64));
   ASSERT_OK_AND_ASSIGN(CaptureRecord record, CaptureRecord::Open({}, {}));
   for (size_t i = 0; i < kMaxGraphCalls; ++i)
     ASSERT_TRUE(record.RecordCopy({a, ViewArg{1, 0, 0}}, {b, ViewArg{2, 0, 0}}).ok()) << i;
@@ -161,12 +161,12 @@ TEST_F(CaptureTest, ACallPastTheGraphLimitIsRefused) {
 }
 
 TEST_F(CaptureTest, ALaunchAddingVariablesPastTheLimitIsRefused) {
-  ASSERT_OK_AND_ASSIGN(std::shared_ptr<Buffer> a, NewBuffer(64));
-  ASSERT_OK_AND_ASSIGN(std::shared_ptr<Buffer> b, NewBuffer(64));
-  std::vector<Variable> declared;
+  ASSERT_OK_AND_ASSIGN(std::shared_ptr<DeviceBuffer> a, NewBuffer(64));
+  ASSERT_OK_AND_ASSIGN(std::shared_ptr<DeviceBuffer> b, NewBuffer(64));
+  std::vector<VariableDecl> declared;
   for (size_t i = 0; i < kMaxGraphVariables; ++i) declared.push_back({"v" + std::to_string(i), 0, 10, 1});
   ASSERT_OK_AND_ASSIGN(CaptureRecord record, CaptureRecord::Open({}, declared));
-  const Variable extra[] = {{"extra", 0, 10, 1}};
+  const VariableDecl extra[] = {{"extra", 0, 10, 1}};
   EXPECT_EQ(Launch(record, a, b, Expression::Var(0), extra).code(), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(record.call_count(), 0u);
   EXPECT_EQ(record.variables().size(), kMaxGraphVariables);
@@ -175,20 +175,20 @@ TEST_F(CaptureTest, ALaunchAddingVariablesPastTheLimitIsRefused) {
 }
 
 TEST_F(CaptureTest, BuffersFreedInsideAreInternalsAndOthersConstants) {
-  ASSERT_OK_AND_ASSIGN(std::shared_ptr<Buffer> in, NewBuffer(64));
-  ASSERT_OK_AND_ASSIGN(std::shared_ptr<Buffer> before, NewBuffer(64));  // made before, freed inside
+  ASSERT_OK_AND_ASSIGN(std::shared_ptr<DeviceBuffer> in, NewBuffer(64));
+  ASSERT_OK_AND_ASSIGN(std::shared_ptr<DeviceBuffer> before, NewBuffer(64));  // made before, freed inside
   ASSERT_OK_AND_ASSIGN(CaptureRecord record, CaptureRecord::Open({{1, in}}, {}));
-  ASSERT_OK_AND_ASSIGN(std::shared_ptr<Buffer> temp, NewBuffer(64));
+  ASSERT_OK_AND_ASSIGN(std::shared_ptr<DeviceBuffer> temp, NewBuffer(64));
   record.NoteAllocated(*temp);
   // A buffer made and freed before any call named it: not in the graph at all.
   {
-    ASSERT_OK_AND_ASSIGN(std::shared_ptr<Buffer> unused, NewBuffer(8));
+    ASSERT_OK_AND_ASSIGN(std::shared_ptr<DeviceBuffer> unused, NewBuffer(8));
     record.NoteAllocated(*unused);
     record.NoteFreed(*unused);
   }
   // `reused` stands for a new buffer at the address of one made and freed inside: noted
   // again, it is a new buffer, not a freed one.
-  ASSERT_OK_AND_ASSIGN(std::shared_ptr<Buffer> reused, NewBuffer(64));
+  ASSERT_OK_AND_ASSIGN(std::shared_ptr<DeviceBuffer> reused, NewBuffer(64));
   record.NoteAllocated(*reused);
   record.NoteFreed(*reused);
   record.NoteAllocated(*reused);
@@ -198,7 +198,7 @@ TEST_F(CaptureTest, BuffersFreedInsideAreInternalsAndOthersConstants) {
   ASSERT_TRUE(Launch(record, reused, before, Expression::Constant(1), {}).ok());
   record.NoteFreed(*temp);
   record.NoteFreed(*before);  // not made inside: stays a constant, held by the record
-  const Buffer* before_address = before.get();
+  const DeviceBuffer* before_address = before.get();
   temp.reset();
   before.reset();
 
@@ -215,7 +215,7 @@ TEST_F(CaptureTest, BuffersFreedInsideAreInternalsAndOthersConstants) {
 }
 
 TEST_F(CaptureTest, OpenRefusesABufferNamedTwiceAndBadVariables) {
-  ASSERT_OK_AND_ASSIGN(std::shared_ptr<Buffer> in, NewBuffer(64));
+  ASSERT_OK_AND_ASSIGN(std::shared_ptr<DeviceBuffer> in, NewBuffer(64));
   absl::Status twice = CaptureRecord::Open({{4, in}, {4, in}}, {}).status();
   EXPECT_EQ(twice.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(twice.message(), "input buffer 4 is named twice");

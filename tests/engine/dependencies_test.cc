@@ -83,7 +83,7 @@ class DependenciesTest : public ::testing::Test {
   }
   uint32_t AddSlot(SlotKind kind, uint64_t bytes, uint64_t arena_offset = 0) {
     Slot s{kind, bytes, nullptr};
-    if (kind == SlotKind::kConstant) s.constant = std::make_shared<Buffer>(context_, *context_->Allocate(bytes));
+    if (kind == SlotKind::kConstant) s.constant = std::make_shared<DeviceBuffer>(context_, *context_->Allocate(bytes));
     graph_.slots.push_back(s);
     offsets_.push_back(arena_offset);
     return static_cast<uint32_t>(graph_.slots.size() - 1);

@@ -8,7 +8,7 @@
 namespace replayd {
 namespace {
 
-const std::vector<Variable> kVars = {{"pos", 1, 256, 1}, {"n", -64, 64, 8}};
+const std::vector<VariableDecl> kVars = {{"pos", 1, 256, 1}, {"n", -64, 64, 8}};
 
 int64_t Eval(const std::string& text, std::vector<int64_t> values = {17, 8}) {
   absl::StatusOr<Expression> e = Expression::Parse(text, kVars);
@@ -72,7 +72,7 @@ TEST(ExpressionTest, RejectsDivisorsThatCanBeZero) {
 }
 
 TEST(ExpressionTest, RejectsOverflow) {
-  std::vector<Variable> big = {{"x", 0, (int64_t{1} << 62) - 1, 1}};
+  std::vector<VariableDecl> big = {{"x", 0, (int64_t{1} << 62) - 1, 1}};
   EXPECT_FALSE(Expression::Parse("x * 4", big)->Bounds(big).ok());
   EXPECT_FALSE(Expression::Parse("x + x + x + x", big)->Bounds(big).ok());
   EXPECT_TRUE(Expression::Parse("x + x", big)->Bounds(big).ok());
@@ -81,7 +81,7 @@ TEST(ExpressionTest, RejectsOverflow) {
 
 TEST(ExpressionTest, RandomExpressionsStayWithinTheirBounds) {
   std::mt19937_64 rng(42);
-  const std::vector<Variable> vars = {{"a", -50, 50, 1}, {"b", 1, 100, 1}, {"c", 0, 30, 3}};
+  const std::vector<VariableDecl> vars = {{"a", -50, 50, 1}, {"b", 1, 100, 1}, {"c", 0, 30, 3}};
   const Expression::Op ops[] = {Expression::Op::kAdd, Expression::Op::kSub, Expression::Op::kMul,
                                 Expression::Op::kFloorDiv, Expression::Op::kMod,
                                 Expression::Op::kMin, Expression::Op::kMax};
@@ -151,7 +151,7 @@ TEST(ExpressionTest, EveryOperatorAtTheInt64Extremes) {
       for (size_t j = i; j < ends.size(); ++j)
         for (size_t k = 0; k < ends.size(); ++k)
           for (size_t l = k; l < ends.size(); ++l) {
-            const std::vector<Variable> vars = {{"v", ends[i], ends[j], 1}, {"w", ends[k], ends[l], 1}};
+            const std::vector<VariableDecl> vars = {{"v", ends[i], ends[j], 1}, {"w", ends[k], ends[l], 1}};
             const Expression e = Expression::Binary(op, Expression::Var(0), Expression::Var(1));
             absl::StatusOr<Interval> b = e.Bounds(vars);
             // The values to try: the corners, and one step inside each end.
@@ -198,7 +198,7 @@ TEST(ExpressionTest, ModuloOfInt64MinByMinusOneIsZero) {
     EXPECT_EQ(b->max, 0);
     EXPECT_EQ(e->Evaluate({}), 0);
   }
-  const std::vector<Variable> vars = {{"v", std::numeric_limits<int64_t>::min(), 0, 1}, {"w", -5, -1, 1}};
+  const std::vector<VariableDecl> vars = {{"v", std::numeric_limits<int64_t>::min(), 0, 1}, {"w", -5, -1, 1}};
   absl::StatusOr<Expression> mod = Expression::Parse("v % w", vars);
   ASSERT_TRUE(mod.ok()) << mod.status();
   ASSERT_TRUE(mod->Bounds(vars).ok());
@@ -235,7 +235,7 @@ TEST(VariableTest, ChecksDefinitionsAndValues) {
   EXPECT_FALSE(CheckVariable({"min", 1, 5, 1}).ok());
   EXPECT_FALSE(CheckVariable({"p", 1, 5, 8}).ok()) << "no multiple of 8 in [1, 5]";
   EXPECT_TRUE(CheckVariable({"p", 1, 8, 8}).ok());
-  Variable v{"pos", 1, 256, 4};
+  VariableDecl v{"pos", 1, 256, 4};
   absl::Status s = CheckValue(v, 300);
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_NE(s.message().find("pos = 300"), absl::string_view::npos) << s;

@@ -48,7 +48,7 @@ TEST(ReplayAllocationTest, AReplayAllocatesNothingOnceWarm) {
       {"cpu-c", "void step(float *x, int pos) { x[0] += (float)pos; }", "step", sig, {}});
   ASSERT_TRUE(program.ok()) << program.status();
   Handle x = *(*session)->AllocBuffer(64);
-  Variable pos{"pos", 1, 1000, 1};
+  VariableDecl pos{"pos", 1, 1000, 1};
   ASSERT_TRUE((*session)->BeginCapture({x}, {pos}).ok());
   LaunchOp launch;
   launch.program = program->handle;
@@ -63,7 +63,7 @@ TEST(ReplayAllocationTest, AReplayAllocatesNothingOnceWarm) {
   op.params = {BufferParam{x}, int64_t{1}};
   op.reads = {ViewArg{x, 0, 16}};
   op.wait = true;
-  ReplayResult result;
+  ReplayOutcome result;
   ASSERT_TRUE((*session)->ReplayGraph(op, result).ok());  // warm: thread-local scratch, result
   counting = true;
   for (int64_t p = 1; p <= 100; ++p) {

@@ -35,7 +35,7 @@ class ReplayTest : public ::testing::Test {
     // Handles 1 (256 bytes), 2 (64 bytes), 3 (16 bytes), 4 (512 bytes).
     for (uint64_t bytes : {256, 64, 16, 512}) {
       ASSERT_OK_AND_ASSIGN(Allocation a, context_->Allocate(bytes));
-      buffers_.Insert(std::make_shared<Buffer>(context_, a));
+      buffers_.Insert(std::make_shared<DeviceBuffer>(context_, a));
     }
     ASSERT_OK_AND_ASSIGN(instance_, Instance());
   }
@@ -65,7 +65,7 @@ class ReplayTest : public ::testing::Test {
   }
 
   uint64_t AddressOf(Handle h) {
-    absl::StatusOr<std::shared_ptr<Buffer>> b = buffers_.Find(h);
+    absl::StatusOr<std::shared_ptr<DeviceBuffer>> b = buffers_.Find(h);
     EXPECT_TRUE(b.ok()) << b.status();
     return b.ok() ? (*b)->allocation.address : 0;
   }
@@ -85,7 +85,7 @@ class ReplayTest : public ::testing::Test {
 
   FakeDevice device_;
   std::shared_ptr<Context> context_;
-  HandleTable<Buffer> buffers_{"buffer"};
+  HandleTable<DeviceBuffer> buffers_{"buffer"};
   std::shared_ptr<GraphInstance> instance_;
   std::vector<uint64_t> addresses_;
   std::vector<int64_t> values_;
@@ -140,7 +140,7 @@ TEST_F(ReplayTest, OneBufferForBothSidesOfACopyIsRefused) {
 
 TEST_F(ReplayTest, ReadsResolveAndAreTaken) {
   const uint8_t bytes[] = {1, 2, 3, 4, 5, 6, 7, 8};
-  ASSERT_OK_AND_ASSIGN(std::shared_ptr<Buffer> b, buffers_.Find(2));
+  ASSERT_OK_AND_ASSIGN(std::shared_ptr<DeviceBuffer> b, buffers_.Find(2));
   ASSERT_TRUE(context_->Write(b->allocation, 0, bytes).ok());
   std::vector<ResolvedRead> reads;
   ASSERT_TRUE(ResolveReads(std::vector<ViewArg>{ViewArg{2, 2, 3}, ViewArg{2, 60, 0}}, buffers_, reads).ok());
@@ -163,7 +163,7 @@ TEST_F(ReplayTest, ReadsResolveAndAreTaken) {
 
 TEST_F(ReplayTest, ReadsPastTheLimitAreRefused) {
   ASSERT_OK_AND_ASSIGN(Allocation a, context_->Allocate(kMaxReplayReadBytes));
-  const Handle big = buffers_.Insert(std::make_shared<Buffer>(context_, a));
+  const Handle big = buffers_.Insert(std::make_shared<DeviceBuffer>(context_, a));
   std::vector<ResolvedRead> reads;
   ASSERT_TRUE(ResolveReads(std::vector<ViewArg>{ViewArg{big, 0, 0}}, buffers_, reads).ok());
   absl::Status s = ResolveReads(std::vector<ViewArg>{ViewArg{big, 0, 0}, ViewArg{1, 0, 1}}, buffers_, reads);

@@ -15,14 +15,14 @@ namespace {
 
 using replayd::Expression;
 using replayd::Interval;
-using replayd::Variable;
+using replayd::VariableDecl;
 
 constexpr int64_t kMin = std::numeric_limits<int64_t>::min(), kMax = std::numeric_limits<int64_t>::max();
-const std::vector<Variable> kVariables = {
+const std::vector<VariableDecl> kVariables = {
     {"pos", 1, 256, 1}, {"n", -64, 64, 8}, {"big", kMin, kMax, 1}, {"neg", kMin, -1, 1}, {"w", -5, -1, 1}};
 
 // A value of `v` from `raw`: in range and a multiple.
-int64_t ValueOf(const Variable& v, uint64_t raw) {
+int64_t ValueOf(const VariableDecl& v, uint64_t raw) {
   const uint64_t span = static_cast<uint64_t>(v.max) - static_cast<uint64_t>(v.min);
   uint64_t offset = span == std::numeric_limits<uint64_t>::max() ? raw : raw % (span + 1);
   int64_t x = static_cast<int64_t>(static_cast<uint64_t>(v.min) + offset);
@@ -49,7 +49,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   std::vector<int64_t> values(kVariables.size());
   for (int round = 0; round < 8; ++round) {
     for (size_t i = 0; i < kVariables.size(); ++i) {
-      const Variable& v = kVariables[i];
+      const VariableDecl& v = kVariables[i];
       const uint64_t bit = (round >> (i % 3)) & 1;
       values[i] = round < 4 ? ValueOf(v, bit ? ~uint64_t{0} : 0) : ValueOf(v, seed * (round + 1) + i * 0x9e3779b97f4a7c15ull);
     }

@@ -21,7 +21,7 @@ using namespace replayd;
 struct World {
   TempDir cache;
   std::unique_ptr<Engine> engine;
-  std::shared_ptr<Session> session;
+  std::shared_ptr<DeviceSession> session;
   std::vector<Handle> programs, constants;
 };
 
@@ -37,7 +37,7 @@ World& TheWorld() {
     absl::StatusOr<std::unique_ptr<Engine>> engine = Engine::Create(options, std::move(devices));
     FUZZ_CHECK(engine.ok());
     w->engine = std::move(*engine);
-    absl::StatusOr<std::shared_ptr<Session>> session = w->engine->OpenSession("fuzz", "fake:0");
+    absl::StatusOr<std::shared_ptr<DeviceSession>> session = w->engine->OpenSession("fuzz", "fake:0");
     FUZZ_CHECK(session.ok());
     w->session = *session;
     Signature a, b;
@@ -80,7 +80,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   bool allocated = true;
   for (const GraphParamInfo& p : graph->params) {
     if (!p.is_buffer) {
-      const Variable& v = p.variable;
+      const VariableDecl& v = p.variable;
       const int64_t r = ((v.min % v.multiple_of) + v.multiple_of) % v.multiple_of;
       op.params.push_back(r == 0 ? v.min : v.min + (v.multiple_of - r));
       continue;
@@ -94,7 +94,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     op.params.push_back(BufferParam{*b});
   }
   if (allocated) {
-    absl::StatusOr<ReplayResult> replayed = w.session->ReplayGraph(op);
+    absl::StatusOr<ReplayOutcome> replayed = w.session->ReplayGraph(op);
     // Distinct fresh buffers of the right sizes: only a copy between views of one buffer
     // parameter's slot (a definition may name one slot on both sides) may be refused.
     FUZZ_CHECK(replayed.ok() || replayed.status().code() == absl::StatusCode::kInvalidArgument);

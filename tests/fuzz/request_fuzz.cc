@@ -71,7 +71,7 @@ void CheckLaunch(const uint8_t* data, size_t size) {
 void CheckExpr(const uint8_t* data, size_t size) {
   v1::Expr expr;
   if (!expr.ParseFromArray(data, static_cast<int>(size))) return;
-  const std::vector<Variable> variables = {{"pos", 1, 256, 1}, {"n", -64, 64, 8},
+  const std::vector<VariableDecl> variables = {{"pos", 1, 256, 1}, {"n", -64, 64, 8},
                                            {"big", INT64_MIN, INT64_MAX, 1}, {"w", -5, -1, 1}};
   absl::StatusOr<Expression> e = FromProto(expr, variables);
   if (!e.ok()) return;

@@ -11,6 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "client/client.h"
+#include "client/session_core.h"
 #include "client/stream.h"
 
 namespace replayd::client {
@@ -56,7 +57,7 @@ class ScriptedService final : public v1::Replayd::Service {
   bool held_ ABSL_GUARDED_BY(mu_) = false;
 };
 
-class SessionStreamTest : public ::testing::Test {
+class ClientStreamTest : public ::testing::Test {
  protected:
   void SetUp() override {
     grpc::ServerBuilder builder;
@@ -73,8 +74,8 @@ class SessionStreamTest : public ::testing::Test {
   // A keep-alive whose reply, or failure, lands in `out`.
   struct Op {
     v1::SessionRequest request;
-    SessionStream::DoneFn done;
-    SessionStream::PartialFn partial;
+    Stream::DoneFn done;
+    Stream::PartialFn partial;
   };
   static Op KeepAlive(absl::StatusOr<v1::SessionReply>* out) {
     Op op;
@@ -88,8 +89,8 @@ class SessionStreamTest : public ::testing::Test {
   std::unique_ptr<v1::Replayd::Stub> stub_;
 };
 
-TEST_F(SessionStreamTest, EachThreadGetsItsOwnRepliesWhoeverReadsThem) {
-  SessionStream stream(*stub_, "", 7, /*window=*/4);
+TEST_F(ClientStreamTest, EachThreadGetsItsOwnRepliesWhoeverReadsThem) {
+  Stream stream(*stub_, "", 7, /*window=*/4);
   constexpr int kThreads = 4, kOps = 200;
   std::atomic<int> wrong{0};
   std::vector<std::thread> threads;
@@ -110,8 +111,8 @@ TEST_F(SessionStreamTest, EachThreadGetsItsOwnRepliesWhoeverReadsThem) {
   EXPECT_EQ(service_.received(), kThreads * kOps);
 }
 
-TEST_F(SessionStreamTest, SubmitReadsRepliesPastTheWindowAndAwaitCompletesEverythingBefore) {
-  SessionStream stream(*stub_, "", 7, /*window=*/3);
+TEST_F(ClientStreamTest, SubmitReadsRepliesPastTheWindowAndAwaitCompletesEverythingBefore) {
+  Stream stream(*stub_, "", 7, /*window=*/3);
   std::vector<absl::StatusOr<v1::SessionReply>> replies(10, absl::UnknownError("no reply"));
   std::vector<uint64_t> seqs;
   for (auto& r : replies) {
@@ -127,15 +128,13 @@ TEST_F(SessionStreamTest, SubmitReadsRepliesPastTheWindowAndAwaitCompletesEveryt
   }
 }
 
-TEST_F(SessionStreamTest, AStreamThatEndsFailsWhatIsOutstandingAndIsReplaced) {
+TEST_F(ClientStreamTest, AStreamThatEndsFailsWhatIsOutstandingAndIsReplaced) {
   service_.EndAt(3);
   // Held, the service answers nothing until all five are sent, so none of them can find
   // the stream already ended.
   service_.Hold(true);
   auto stub = std::shared_ptr<v1::Replayd::Stub>(std::move(stub_));
-  client_internal::SessionCore core;
-  core.stub = stub;
-  core.id = 7;
+  client_internal::SessionCore core(stub, /*token=*/"", /*id=*/7, /*window=*/64);
   std::vector<absl::StatusOr<v1::SessionReply>> replies(5, absl::UnknownError("no reply"));
   std::vector<client_internal::Submitted> sent;
   for (auto& r : replies) {
@@ -165,19 +164,17 @@ TEST_F(SessionStreamTest, AStreamThatEndsFailsWhatIsOutstandingAndIsReplaced) {
   core.CloseStream();
 }
 
-TEST_F(SessionStreamTest, ARequestThatFindsAnIdleStreamEndedGoesOnANewOne) {
+TEST_F(ClientStreamTest, ARequestThatFindsAnIdleStreamEndedGoesOnANewOne) {
   service_.EndAfter(1);  // answers the first request, then ends the stream
   auto stub = std::shared_ptr<v1::Replayd::Stub>(std::move(stub_));
-  client_internal::SessionCore core;
-  core.stub = stub;
-  core.id = 7;
+  client_internal::SessionCore core(stub, /*token=*/"", /*id=*/7, /*window=*/64);
   absl::StatusOr<v1::SessionReply> first = absl::UnknownError("no reply");
   Op op = KeepAlive(&first);
   absl::StatusOr<client_internal::Submitted> s = core.Submit(op.request, op.done);
   ASSERT_TRUE(s.ok());
   s->stream->Await(s->seq);
   ASSERT_TRUE(first.ok());
-  const std::shared_ptr<SessionStream> old = s->stream;
+  const std::shared_ptr<Stream> old = s->stream;
   absl::SleepFor(absl::Milliseconds(100));  // the end reaches the idle client
   // Nothing reads an idle stream, so the next request finds the end when it is written
   // and goes, unsent and alone, on a new stream.
@@ -193,8 +190,8 @@ TEST_F(SessionStreamTest, ARequestThatFindsAnIdleStreamEndedGoesOnANewOne) {
   core.CloseStream();
 }
 
-TEST_F(SessionStreamTest, CloseWaitsForWhatIsOutstanding) {
-  SessionStream stream(*stub_, "", 7, /*window=*/8);
+TEST_F(ClientStreamTest, CloseWaitsForWhatIsOutstanding) {
+  Stream stream(*stub_, "", 7, /*window=*/8);
   service_.Hold(true);
   std::vector<absl::StatusOr<v1::SessionReply>> replies(5, absl::UnknownError("no reply"));
   for (auto& r : replies) {
@@ -211,7 +208,7 @@ TEST_F(SessionStreamTest, CloseWaitsForWhatIsOutstanding) {
   EXPECT_FALSE(stream.healthy());
   absl::StatusOr<v1::SessionReply> after = absl::UnknownError("no reply");
   Op op = KeepAlive(&after);
-  EXPECT_TRUE(SessionStream::IsNotSent(stream.Submit(op.request, op.done, op.partial).status()));
+  EXPECT_TRUE(Stream::IsNotSent(stream.Submit(op.request, op.done, op.partial).status()));
 }
 
 }  // namespace
