@@ -11,6 +11,7 @@ packages=(
   libc-ares-dev libre2-dev zlib1g-dev
   libamdhip64-dev
   clang-16 libclang-rt-16-dev
+  python3-grpcio python3-protobuf python3-numpy python3-pytest
 )
 
 missing=()
