@@ -1,0 +1,173 @@
+"""Connecting to a daemon: `connect`, `Client`, the devices it serves."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from pathlib import Path
+from typing import List, Optional, Sequence, Tuple, Union
+
+import grpc
+
+from . import errors
+from ._stubs import pb, rpc
+
+__all__ = ["Client", "Device", "LaunchLimits", "TLS", "connect"]
+
+# As the C++ client: messages carry at most 1 MiB of data (a chunk, a replay's reads) plus
+# their framing; the limit leaves room for both.
+_MAX_MESSAGE_BYTES = 20 << 20
+
+PemSource = Union[bytes, str, Path]
+
+
+def _pem(source: Optional[PemSource]) -> Optional[bytes]:
+    """PEM bytes, or the contents of the file a str or Path names."""
+    if source is None or isinstance(source, bytes):
+        return source
+    return Path(source).read_bytes()
+
+
+@dataclasses.dataclass(frozen=True)
+class TLS:
+    """TLS to the daemon: `root_ca` is the CA that signed its certificate (PEM bytes or a
+    file; None: the system's roots); `cert` and `key` this client's for mutual TLS."""
+
+    root_ca: Optional[PemSource] = None
+    cert: Optional[PemSource] = None
+    key: Optional[PemSource] = None
+
+    def credentials(self) -> grpc.ChannelCredentials:
+        return grpc.ssl_channel_credentials(
+            root_certificates=_pem(self.root_ca), private_key=_pem(self.key),
+            certificate_chain=_pem(self.cert))
+
+
+@dataclasses.dataclass(frozen=True)
+class LaunchLimits:
+    """Largest global and local sizes per dimension and of their products; most arguments."""
+
+    max_global: Tuple[int, ...]
+    max_global_total: int
+    max_local: Tuple[int, ...]
+    max_local_total: int
+    max_args: int
+
+
+@dataclasses.dataclass(frozen=True)
+class Device:
+    """A device the daemon owns: `id` ("cpu:0", "cuda:0"), its memory in bytes, the program
+    formats it accepts and what programs are compiled for (`architecture`)."""
+
+    id: str
+    kind: str
+    name: str
+    total_memory: int
+    free_memory: int
+    formats: Tuple[str, ...]
+    architecture: str
+    driver_version: str
+    limits: LaunchLimits
+
+    @classmethod
+    def from_proto(cls, d: pb.Device) -> "Device":
+        lim = d.limits
+        return cls(id=d.id, kind=d.kind, name=d.name, total_memory=d.total_memory,
+                   free_memory=d.free_memory, formats=tuple(d.formats),
+                   architecture=d.architecture, driver_version=d.driver_version,
+                   limits=LaunchLimits(tuple(lim.max_global), lim.max_global_total,
+                                       tuple(lim.max_local), lim.max_local_total, lim.max_args))
+
+    @property
+    def source_format(self) -> str:
+        """The format a program's source text is loaded as by default: the device's source
+        format ("cpu-c", "cuda-c", "hip-c"), else its first."""
+        for f in self.formats:
+            if f.endswith("-c"):
+                return f
+        if not self.formats:
+            raise errors.FailedPrecondition(f"device {self.id} accepts no program format")
+        return self.formats[0]
+
+
+class Client:
+    """A connection to one daemon. Thread-safe: sessions may be opened and used from many
+    threads. Use as a context manager, or call `close()`."""
+
+    def __init__(self, target: str, token: Optional[str] = None, tls: Union[None, bool, TLS] = None,
+                 window: int = 64, transport: str = "auto",
+                 options: Sequence[Tuple[str, object]] = ()) -> None:
+        """A client of the daemon at `target` ("127.0.0.1:7070"); see `connect`.
+        `options` are extra gRPC channel arguments."""
+        if transport not in ("auto", "direct", "threaded"):
+            raise errors.InvalidArgument(f"transport {transport!r}: auto, direct or threaded")
+        if token is None:
+            token = os.environ.get("REPLAYD_TOKEN") or None
+        channel_options = [("grpc.max_send_message_length", _MAX_MESSAGE_BYTES),
+                           ("grpc.max_receive_message_length", _MAX_MESSAGE_BYTES),
+                           *options]
+        if tls:
+            credentials = (tls if isinstance(tls, TLS) else TLS()).credentials()
+            self._channel = grpc.secure_channel(target, credentials, options=channel_options)
+        else:
+            self._channel = grpc.insecure_channel(target, options=channel_options)
+        self.target = target
+        self.window = window
+        self.transport = transport
+        self._stub = rpc.ReplaydStub(self._channel)
+        self._metadata: Optional[Tuple[Tuple[str, str], ...]] = (
+            (("authorization", f"Bearer {token}"),) if token else None)
+
+    def devices(self) -> List[Device]:
+        """The devices the daemon owns, with their current free memory."""
+        reply = self._unary(self._stub.ListDevices, pb.ListDevicesRequest())
+        return [Device.from_proto(d) for d in reply.devices]
+
+    def device(self, device_id: str) -> Device:
+        """One device by id; NotFound when the daemon does not serve it."""
+        for d in self.devices():
+            if d.id == device_id:
+                return d
+        raise errors.NotFound(f"device {device_id!r} is not served by {self.target}")
+
+    def session(self, device: str = "cpu:0") -> "Session":
+        """Opens a session on `device`. Use it as a context manager (`with
+        client.session("cuda:0") as s:`): it closes on exit, freeing everything it owns."""
+        from .session import Session  # the session module imports this one
+        reply = self._unary(self._stub.OpenSession, pb.OpenSessionRequest(device=device))
+        return Session(self, device, reply)
+
+    def close(self) -> None:
+        """Closes the connection. Sessions still open expire by their lease."""
+        self._channel.close()
+
+    def __enter__(self) -> "Client":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _unary(self, method, request):
+        try:
+            return method(request, metadata=self._metadata)
+        except grpc.RpcError as e:
+            raise errors.from_rpc_error(e) from None
+
+
+def connect(target: str = "127.0.0.1:7070", token: Optional[str] = None,
+            tls: Union[None, bool, TLS] = None, window: int = 64, transport: str = "auto") -> Client:
+    """A client of the daemon at `target`; the connection is made on the first call.
+
+    `token`: the bearer token for a daemon with a tenants file (default: $REPLAYD_TOKEN).
+    `tls`: None or False for plaintext, True for TLS with the system's roots, or a `TLS`
+    with the daemon's CA (and this client's certificate and key for mutual TLS).
+    `window`: operations a session's stream may have outstanding before `replay_async`
+    first reads the oldest reply.
+    `transport`: how sessions' streams are carried (replayd.stream): "direct" (the calling
+    thread drives the call: no thread hop per round trip), "threaded" (grpcio's public
+    streaming API) or "auto" (direct where grpcio allows it).
+    """
+    return Client(target, token=token, tls=tls, window=window, transport=transport)
+
+
+from .session import Session  # noqa: E402  (for the annotations above)

@@ -1,0 +1,330 @@
+"""The client end of a session's Session stream: requests sent in order from any thread,
+replies matched to them by sequence number.
+
+As in the C++ client (client/stream.h), no thread reads on its own: a thread that needs a
+reply reads it, and while one thread reads, the others wait for it to complete their
+operations or to hand them the turn to read. At most `window` operations are outstanding;
+past that, `submit` reads replies on the calling thread until one completes. After a reply
+that failed, the next request sent carries `resume`, so each operation issued after an
+error runs (the daemon answers the ones already queued behind it ABORTED).
+
+Two transports carry the stream:
+- `DirectTransport` drives the gRPC call from the thread that holds the read turn, on a
+  completion queue of the call's own (grpcio's single-threaded call, as its blocking unary
+  calls use): a round trip costs no thread hop. It uses grpcio's internal `cygrpc` layer.
+- `ThreadedTransport` uses grpcio's public streaming API, whose request iterator and
+  replies pass through grpcio's threads: two thread hops per round trip (measured 2.5 to
+  3 times the direct transport's round trip). The fallback when the internal layer is not
+  what this module expects.
+
+Thread safety: SessionStream is thread-safe; a transport is used under its stream's lock
+(sending) and read turn (polling).
+"""
+
+from __future__ import annotations
+
+import collections
+import queue
+import threading
+from typing import Any, Callable, Deque, Optional, Sequence, Tuple
+
+import grpc
+
+from . import errors
+from ._stubs import pb
+
+_ABORTED = grpc.StatusCode.ABORTED.value[0]
+SESSION_METHOD = "/replayd.v1.Replayd/Session"
+
+Metadata = Optional[Sequence[Tuple[str, str]]]
+
+
+class Ended(Exception):
+    """The stream has ended; `error` is why (Unavailable after a clean end)."""
+
+    def __init__(self, error: errors.Error) -> None:
+        super().__init__(str(error))
+        self.error = error
+
+
+class ThreadedTransport:
+    """The stream through grpcio's public API (its threads send and receive)."""
+
+    name = "threaded"
+    _CLOSE = object()
+
+    def __init__(self, channel: grpc.Channel, metadata: Metadata) -> None:
+        self._requests: "queue.SimpleQueue[Any]" = queue.SimpleQueue()
+        method = channel.stream_stream(SESSION_METHOD, request_serializer=pb.SessionRequest.SerializeToString,
+                                       response_deserializer=pb.SessionReply.FromString)
+        self._call = method(iter(self._requests.get, self._CLOSE), metadata=metadata)
+
+    def can_send(self) -> bool:
+        return True
+
+    def send(self, request: pb.SessionRequest) -> bool:
+        if not self._call.is_active():
+            return False
+        self._requests.put(request)
+        return True
+
+    def poll(self) -> Optional[pb.SessionReply]:
+        try:
+            return next(self._call)
+        except StopIteration:
+            raise Ended(errors.Unavailable("the session stream ended")) from None
+        except grpc.RpcError as e:
+            raise Ended(errors.from_rpc_error(e)) from None
+
+    def close(self) -> None:
+        self._requests.put(self._CLOSE)
+
+    def cancel(self) -> None:
+        self._requests.put(self._CLOSE)
+        self._call.cancel()
+
+
+class DirectTransport:
+    """The stream as one gRPC call on a completion queue of its own, polled by whichever
+    thread holds the stream's read turn. gRPC takes one message send at a time, so a send
+    waits for the previous one's completion, which the polling thread sees."""
+
+    name = "direct"
+
+    def __init__(self, channel: grpc.Channel, metadata: Metadata) -> None:
+        from grpc._cython import cygrpc  # grpcio's internal layer; ImportError selects the fallback
+        self._cygrpc = cygrpc
+        md = tuple(metadata) if metadata else None
+        ops = (((cygrpc.SendInitialMetadataOperation(md, 0),), "metadata"),
+               ((cygrpc.ReceiveInitialMetadataOperation(0),), "initial"),
+               ((cygrpc.ReceiveStatusOnClientOperation(0),), "status"),
+               ((cygrpc.ReceiveMessageOperation(0),), "receive"))
+        self._call = channel._channel.segregated_call(  # type: ignore[attr-defined]
+            cygrpc.PropagationConstants.GRPC_PROPAGATE_DEFAULTS, SESSION_METHOD.encode(), None, None, md, None,
+            ops, cygrpc.build_census_context())
+        self._outstanding = {"metadata", "initial", "status", "receive"}
+        self._sending = False
+        self._status: Optional[errors.Error] = None
+        self._closed = False
+
+    def can_send(self) -> bool:
+        return not self._sending
+
+    def send(self, request: pb.SessionRequest) -> bool:
+        if self._status is not None or self._closed:
+            return False
+        if not self._operate(self._cygrpc.SendMessageOperation(request.SerializeToString(), 0), "send"):
+            return False
+        self._sending = True
+        return True
+
+    def poll(self) -> Optional[pb.SessionReply]:
+        if not self._outstanding:
+            raise Ended(self._status or errors.Unavailable("the session stream ended"))
+        event = self._call.next_event()
+        tag = event.tag
+        self._outstanding.discard(tag)
+        reply = None
+        if tag == "send":
+            self._sending = False
+        elif tag == "receive":
+            data = event.batch_operations[0].message()
+            if data is not None:
+                self._operate(self._cygrpc.ReceiveMessageOperation(0), "receive")
+                reply = pb.SessionReply.FromString(data)
+        elif tag == "status":
+            op = event.batch_operations[0]
+            details = op.details()
+            if isinstance(details, bytes):
+                details = details.decode(errors="replace")
+            self._status = (errors.Unavailable("the session stream ended") if op.code() == 0
+                            else errors.from_number(op.code(), details or ""))
+        if self._status is not None and not self._outstanding:
+            raise Ended(self._status)  # every operation has completed: the call and its queue are gone
+        return reply
+
+    def close(self) -> None:
+        if not self._closed:
+            self._closed = True
+            self._operate(self._cygrpc.SendCloseFromClientOperation(0), "close")
+
+    def cancel(self) -> None:
+        self._closed = True
+        self._call.cancel(self._cygrpc.StatusCode.cancelled, "cancelled by the client")
+
+    def _operate(self, operation: Any, tag: str) -> bool:
+        if not self._call.operate((operation,), tag):
+            return False
+        self._outstanding.add(tag)
+        return True
+
+
+def open_transport(channel: grpc.Channel, metadata: Metadata, kind: str) -> Any:
+    """A transport of `kind`: "direct", "threaded", or "auto" (direct when grpcio's
+    internal layer is as expected)."""
+    if kind == "threaded":
+        return ThreadedTransport(channel, metadata)
+    if kind == "direct":
+        return DirectTransport(channel, metadata)
+    try:
+        return DirectTransport(channel, metadata)
+    except (ImportError, AttributeError, TypeError):
+        return ThreadedTransport(channel, metadata)
+
+
+class NotSent(Exception):
+    """The stream had ended before the request went out; a new stream may carry it."""
+
+
+class Operation:
+    """One request on the stream: its replies arrive through `partial` (the non-final ones
+    of a replay sequence) and as `reply` or `error`, on whichever thread reads them."""
+
+    __slots__ = ("seq", "reply", "error", "finished", "partial")
+
+    def __init__(self, partial: Optional[Callable[[pb.SessionReply], None]] = None) -> None:
+        self.seq = 0
+        self.reply: Optional[pb.SessionReply] = None
+        self.error: Optional[errors.Error] = None
+        self.finished = False
+        self.partial = partial
+
+    def result(self) -> pb.SessionReply:
+        """The final reply; raises the operation's error. Only once `finished`."""
+        if self.error is not None:
+            raise self.error
+        assert self.reply is not None
+        return self.reply
+
+
+class SessionStream:
+    """One Session stream of session `session` over `transport`."""
+
+    def __init__(self, transport: Any, session: int, window: int) -> None:
+        self.transport = transport
+        self._session = session
+        self._window = max(1, window)
+        self._lock = threading.Lock()
+        self._turn = threading.Condition(self._lock)
+        self._pending: Deque[Operation] = collections.deque()
+        self._next_seq = 1
+        self._reading = False  # a thread holds the read turn
+        self._ended = False  # the daemon's side is gone: nothing more to read
+        self._closing = False  # close() has begun: nothing more is sent
+        self._resume_next = False
+
+    def healthy(self) -> bool:
+        """False once the stream has ended or is closing; a new one must be opened."""
+        with self._lock:
+            return not (self._ended or self._closing)
+
+    def submit(self, request: pb.SessionRequest, op: Operation) -> None:
+        """Sends `request` (its seq, session and resume are set here) for `op`.
+
+        Raises NotSent when the stream had ended with nothing outstanding, so that the
+        caller may send it on a new stream with nothing reordered. A stream that ends after
+        the request went out fails `op` with the stream's status.
+        """
+        with self._lock:
+            self._progress(lambda: self._ended or self._closing or (
+                len(self._pending) < self._window and self.transport.can_send()))
+            if self._ended or self._closing:
+                raise NotSent()
+            request.seq = self._next_seq
+            request.session = self._session
+            request.resume = self._resume_next
+            if not self.transport.send(request):
+                if not self._pending:
+                    raise NotSent()
+                # Behind others: it fails with them when the end is read; nothing reordered.
+                op.error = errors.Unavailable("the session stream ended before the request was sent")
+                op.finished = True
+                return
+            op.seq = self._next_seq
+            self._next_seq += 1
+            self._resume_next = False
+            self._pending.append(op)
+
+    def wait(self, op: Operation, until: Optional[Callable[[], bool]] = None) -> None:
+        """Returns once `op` has finished, or once `until()` holds (checked under the
+        stream's lock after each event read)."""
+        with self._lock:
+            if until is None:
+                self._progress(lambda: op.finished)
+            else:
+                self._progress(lambda: op.finished or until())
+
+    def drain(self) -> None:
+        """Returns once every operation submitted so far has finished."""
+        with self._lock:
+            if self._pending:
+                last = self._pending[-1]
+                self._progress(lambda: last.finished)
+
+    def close(self) -> None:
+        """Ends the stream once every outstanding operation has finished. Idempotent."""
+        with self._lock:
+            if not self._closing:
+                self._progress(lambda: not self._pending)
+                self._progress(self.transport.can_send)
+                self._closing = True
+                if not self._ended:
+                    self.transport.close()
+            self._progress(lambda: self._ended)
+
+    def cancel(self) -> None:
+        """Breaks the stream: what is outstanding fails; the daemon runs nothing more of
+        it. For a session dropped without close; does not wait."""
+        with self._lock:
+            self._closing = True
+        self.transport.cancel()
+
+    # Requires the lock. Reads (taking the turn) or waits for the reader until `until()`
+    # holds or the stream has ended.
+    def _progress(self, until: Callable[[], bool]) -> None:
+        while not until() and not self._ended:
+            if self._reading:
+                self._turn.wait()
+                continue
+            self._reading = True
+            self._lock.release()
+            try:
+                self._read_one()
+            finally:
+                self._lock.acquire()
+                self._reading = False
+                self._turn.notify_all()
+
+    # Requires the read turn, not the lock. Reads one event and dispatches its reply; at
+    # the end of the stream fails everything outstanding with its status.
+    def _read_one(self) -> None:
+        try:
+            reply = self.transport.poll()
+        except Ended as end:
+            with self._lock:
+                failed = list(self._pending)
+                self._pending.clear()
+                for op in failed:
+                    op.error = end.error
+                    op.finished = True
+                self._ended = True
+            return
+        if reply is None:
+            return  # a send completed, or metadata: the caller's condition may hold now
+        with self._lock:
+            op = self._pending[0] if self._pending and self._pending[0].seq == reply.seq else None
+        if op is None:
+            return  # a reply to nothing sent: ignore it
+        if not reply.final:
+            if op.partial is not None:
+                op.partial(reply)
+            return
+        if reply.code != 0:
+            op.error = errors.from_number(reply.code, reply.message)
+        else:
+            op.reply = reply
+        with self._lock:
+            self._pending.popleft()
+            if reply.code != 0 and reply.code != _ABORTED:
+                self._resume_next = True
+            op.finished = True

@@ -1,0 +1,128 @@
+"""Fixtures of the Python client's tests: a real daemon of this build on an ephemeral
+loopback port (its own compile cache and, where asked, a tenants file), stopped and cleaned
+up at the end; clients of it over both stream transports; sessions.
+
+The daemon is $REPLAYD_BINARY (ctest sets it), else build/server/replayd.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import shutil
+import signal
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+from typing import Iterator, List, Optional
+
+import pytest
+
+import replayd
+
+ROOT = Path(__file__).resolve().parents[2]
+
+# out = a * k + b over n floats, one invocation per `chunk` elements (core_id).
+SAXPY = r"""
+void saxpy(float *out, const float *a, const float *b, int n, int k, int chunk, int core) {
+  int lo = core * chunk, hi = lo + chunk < n ? lo + chunk : n;
+  for (int i = lo; i < hi; ++i) out[i] = a[i] * (float)k + b[i];
+}
+"""
+
+# The chain kernel of tests/bench: x = x * 0.5 + pos over n floats.
+STEP = r"""
+void step(float *x, int n, int pos) {
+  for (int i = 0; i < n; ++i) x[i] = x[i] * 0.5f + (float)pos;
+}
+"""
+
+
+def daemon_binary() -> Path:
+    path = Path(os.environ.get("REPLAYD_BINARY") or ROOT / "build" / "server" / "replayd")
+    if not path.is_file():
+        pytest.exit(f"no daemon binary at {path}: build it (cmake --build build --target replayd) "
+                    "or set REPLAYD_BINARY", returncode=2)
+    return path
+
+
+class Daemon:
+    """A replayd process on 127.0.0.1:<ephemeral port>, its address read from its log."""
+
+    def __init__(self, args: List[str] = (), tenants: Optional[str] = None) -> None:
+        self.dir = Path(tempfile.mkdtemp(prefix="replayd-pytest-"))
+        self.log_path = self.dir / "daemon.log"
+        argv = [str(daemon_binary()), "--listen=127.0.0.1:0", f"--cache_dir={self.dir / 'cache'}",
+                "--devices=cpu", "--log_level=info", *args]
+        if tenants is not None:
+            (self.dir / "tenants.textproto").write_text(tenants)
+            argv.append(f"--tenants={self.dir / 'tenants.textproto'}")
+        self._log = open(self.log_path, "wb")
+        self.process = subprocess.Popen(argv, stdout=self._log, stderr=subprocess.STDOUT)
+        self.address = self._wait_for_address()
+
+    def _wait_for_address(self) -> str:
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            m = re.search(r"listening on (\S+)", self.log())
+            if m:
+                return m.group(1)
+            if self.process.poll() is not None:
+                break
+            time.sleep(0.02)
+        self.stop()
+        raise RuntimeError(f"the daemon did not start:\n{self.log()}")
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+            try:
+                self.process.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+        self._log.close()
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
+def tenant(name: str, token: str, extra: str = "trusted: true") -> str:
+    """A tenants-file entry, with the SHA-256 of the token as operators write it."""
+    digest = hashlib.sha256(token.encode()).hexdigest()
+    return f'tenant {{\n  name: "{name}"\n  token_sha256: "{digest}"\n  {extra}\n}}\n'
+
+
+@pytest.fixture(scope="session")
+def daemon() -> Iterator[Daemon]:
+    d = Daemon(["--cpu_memory_limit=1073741824", "--cpu_threads=2"])
+    yield d
+    d.stop()
+
+
+@pytest.fixture(scope="session", params=["direct", "threaded"])
+def any_client(request: pytest.FixtureRequest, daemon: Daemon) -> Iterator[replayd.Client]:
+    """A client over each stream transport."""
+    with replayd.connect(daemon.address, transport=request.param) as c:
+        yield c
+
+
+@pytest.fixture(scope="session")
+def client(daemon: Daemon) -> Iterator[replayd.Client]:
+    with replayd.connect(daemon.address) as c:
+        yield c
+
+
+@pytest.fixture
+def session(client: replayd.Client) -> Iterator[replayd.Session]:
+    with client.session("cpu:0") as s:
+        yield s
+
+
+@pytest.fixture
+def any_session(any_client: replayd.Client) -> Iterator[replayd.Session]:
+    with any_client.session("cpu:0") as s:
+        yield s
