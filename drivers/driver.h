@@ -195,8 +195,9 @@ class Device {
   // time limit.
   virtual absl::Status Compile(const ProgramSource& source, const std::filesystem::path& output) = 0;
 
-  // A new context for one session.
-  virtual absl::StatusOr<std::unique_ptr<Context>> OpenContext() = 0;
+  // A new context for one session of `tenant`. A device that keeps tenants apart (the
+  // executor device) runs it in that tenant's process; the others ignore the tenant.
+  virtual absl::StatusOr<std::unique_ptr<Context>> OpenContext(absl::string_view tenant) = 0;
 };
 
 class Driver {

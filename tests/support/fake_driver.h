@@ -1,7 +1,7 @@
 // A device for engine tests: host memory, kernels whose bodies are C++ functions, device
 // graphs that run their nodes in order, and faults injected where a test asks for them
-// (an allocation, an instantiation, an update, a launch), so the engine's failure paths
-// run on any machine. It checks what the real drivers check: a copy node must lie on
+// (an allocation, an instantiation, an update, a launch, a copy), so the engine's failure
+// paths run on any machine. It checks what the real drivers check: a copy node must lie on
 // live allocations of its context (CUDA refuses a memcpy node on an address it does not
 // know), and every allocation is freed exactly once.
 //
@@ -50,6 +50,8 @@ struct FakeFaults {
   int instantiate = -1;
   int update = -1;
   int graph_launch = -1;
+  int launch = -1;  // an eager launch
+  int copy = -1;    // an eager device-to-device copy
   absl::Status status = absl::InternalError("injected fault");
 
   // True when this call of a countdown should fail (and disarms it).
@@ -108,7 +110,7 @@ class FakeDevice : public Device {
     auto it = bodies_.find(name);
     return it == bodies_.end() ? nullptr : &it->second;
   }
-  absl::StatusOr<std::unique_ptr<Context>> OpenContext() override;
+  absl::StatusOr<std::unique_ptr<Context>> OpenContext(absl::string_view tenant) override;
 
   FakeFaults& faults() { return faults_; }
   FakeCounts counts() const {
@@ -238,6 +240,8 @@ class FakeContext : public Context {
   }
   absl::Status Copy(const Allocation& dst, uint64_t dst_offset, const Allocation& src, uint64_t src_offset,
                     uint64_t bytes) override {
+    if (device_->Locked([](FakeCounts&, FakeFaults& f) { return FakeFaults::Due(f.copy); }))
+      return device_->faults().status;
     std::memmove(reinterpret_cast<uint8_t*>(dst.address) + dst_offset,
                  reinterpret_cast<const uint8_t*>(src.address) + src_offset, bytes);
     return absl::OkStatus();
@@ -254,7 +258,11 @@ class FakeContext : public Context {
   }
   absl::StatusOr<std::optional<absl::Duration>> Launch(const Kernel& kernel, std::span<const ArgValue> args,
                                                        const Dim3& global, const Dim3&, bool wait) override {
-    device_->Locked([](FakeCounts& c, FakeFaults&) { return ++c.launches; });
+    if (device_->Locked([](FakeCounts& c, FakeFaults& f) {
+          ++c.launches;
+          return FakeFaults::Due(f.launch);
+        }))
+      return device_->faults().status;
     static_cast<const FakeKernel&>(kernel).Run(args, global);
     if (!wait) return std::optional<absl::Duration>();
     return std::optional<absl::Duration>(absl::Microseconds(1));
@@ -281,7 +289,7 @@ class FakeContext : public Context {
   FakeDevice* const device_;
 };
 
-inline absl::StatusOr<std::unique_ptr<Context>> FakeDevice::OpenContext() {
+inline absl::StatusOr<std::unique_ptr<Context>> FakeDevice::OpenContext(absl::string_view) {
   return std::unique_ptr<Context>(std::make_unique<FakeContext>(this));
 }
 

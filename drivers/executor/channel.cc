@@ -1,0 +1,100 @@
+#include "drivers/executor/channel.h"
+
+#include <linux/futex.h>
+#include <sys/mman.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+
+namespace replayd::executor {
+namespace {
+
+// Iterations of the spin before a waiter sleeps: some tens of microseconds, the time a
+// short kernel or a small reply takes.
+constexpr int kSpins = 4000;
+
+inline void Relax() {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#endif
+}
+
+absl::Status Errno(absl::string_view what) {
+  return absl::InternalError(absl::StrCat("executor channel: ", what, ": ", std::strerror(errno)));
+}
+
+}  // namespace
+
+absl::StatusOr<Channel> Channel::Create() {
+  const int fd = static_cast<int>(syscall(SYS_memfd_create, "replayd-executor", MFD_CLOEXEC));
+  if (fd < 0) return Errno("memfd_create");
+  if (ftruncate(fd, kTotalBytes) != 0) {
+    absl::Status s = Errno("ftruncate");
+    close(fd);
+    return s;
+  }
+  return Attach(fd);
+}
+
+absl::StatusOr<Channel> Channel::Attach(int fd) {
+  void* p = mmap(nullptr, kTotalBytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  if (p == MAP_FAILED) {
+    absl::Status s = Errno("mmap");
+    close(fd);
+    return s;
+  }
+  return Channel(fd, static_cast<uint8_t*>(p));
+}
+
+Channel::Channel(int fd, uint8_t* base) : fd_(fd), base_(base) {
+  static_assert(sizeof(Header) <= kHeaderBytes);
+}
+
+Channel::Channel(Channel&& other) noexcept
+    : fd_(other.fd_), base_(other.base_), last_request_(other.last_request_) {
+  other.fd_ = -1;
+  other.base_ = nullptr;
+}
+
+Channel::~Channel() {
+  if (base_) munmap(base_, kTotalBytes);
+  if (fd_ >= 0) close(fd_);
+}
+
+void Channel::PostRequest(uint64_t bytes) {
+  header().request_bytes.store(bytes, std::memory_order_relaxed);
+  header().request_seq.fetch_add(1, std::memory_order_release);
+  Wake(header().request_seq);
+}
+
+void Channel::PostReply(uint64_t bytes) {
+  header().reply_bytes.store(bytes, std::memory_order_relaxed);
+  header().reply_seq.store(last_request_, std::memory_order_release);
+  Wake(header().reply_seq);
+}
+
+absl::StatusOr<uint64_t> Channel::MessageLength(uint64_t bytes) const {
+  if (bytes > kMessageBytes)
+    return absl::DataLossError(absl::StrCat("executor channel: a message of ", bytes, " bytes exceeds ", kMessageBytes));
+  return bytes;
+}
+
+bool Channel::WaitChange(std::atomic<uint32_t>& word, uint32_t seen, absl::Duration timeout) {
+  for (int i = 0; i < kSpins; ++i) {
+    if (word.load(std::memory_order_acquire) != seen) return true;
+    Relax();
+  }
+  const struct timespec ts = absl::ToTimespec(timeout);
+  syscall(SYS_futex, reinterpret_cast<uint32_t*>(&word), FUTEX_WAIT, seen, &ts, nullptr, 0);
+  return word.load(std::memory_order_acquire) != seen;
+}
+
+void Channel::Wake(std::atomic<uint32_t>& word) {
+  syscall(SYS_futex, reinterpret_cast<uint32_t*>(&word), FUTEX_WAKE, 1, nullptr, nullptr, 0);
+}
+
+}  // namespace replayd::executor

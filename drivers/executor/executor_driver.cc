@@ -1,0 +1,454 @@
+#include "drivers/executor/executor_driver.h"
+
+#include <signal.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+#include "drivers/executor/wire.h"
+
+namespace replayd::executor {
+namespace {
+
+std::atomic<uint64_t> next_address_space{uint64_t{1} << 32};
+
+std::string SignalName(int signal) {
+  const char* abbrev = sigabbrev_np(signal);
+  return abbrev ? absl::StrCat("SIG", abbrev) : absl::StrCat("signal ", signal);
+}
+
+absl::Status StatusOf(const Reply& reply) {
+  if (reply.code() == 0) return absl::OkStatus();
+  const auto code = reply.code() > 0 && reply.code() <= 16 ? static_cast<absl::StatusCode>(reply.code())
+                                                          : absl::StatusCode::kInternal;
+  return absl::Status(code, reply.message());
+}
+
+std::optional<absl::Duration> TimeOf(const Reply& reply) {
+  if (!reply.has_time()) return std::nullopt;
+  return absl::Nanoseconds(reply.device_time_ns());
+}
+
+void ToWire(const Allocation& a, Region& out) {
+  out.set_address(a.address);
+  out.set_bytes(a.bytes);
+}
+
+class ExecutorKernel : public Kernel {
+ public:
+  ExecutorKernel(std::shared_ptr<Executor> executor, uint64_t context, uint64_t id, Signature signature,
+                 std::string name)
+      : executor_(std::move(executor)), context_(context), id_(id), signature_(std::move(signature)),
+        name_(std::move(name)) {}
+  ~ExecutorKernel() override {
+    Request r;
+    r.set_context(context_);
+    r.set_free_kernel(id_);
+    if (executor_->health().ok()) executor_->Call(r, "freeing a kernel").IgnoreError();
+  }
+  const Signature& signature() const override { return signature_; }
+  uint64_t id() const { return id_; }
+  const std::string& name() const { return name_; }
+
+ private:
+  const std::shared_ptr<Executor> executor_;
+  const uint64_t context_;
+  const uint64_t id_;
+  const Signature signature_;
+  const std::string name_;  // "program <artifact> entry '<entry>'", for a death's cause
+};
+
+// Updates are kept here and sent with the next launch, so a replay is one round trip
+// whatever the number of nodes it patches. A launch that fails after some of them may
+// have been applied sends every node at the next launch, so the executor's graph is
+// again exactly what the engine last asked for.
+class ExecutorDeviceGraph : public DeviceGraph {
+ public:
+  ExecutorDeviceGraph(std::shared_ptr<Executor> executor, uint64_t context, uint64_t id,
+                      std::span<const GraphNode> nodes)
+      : executor_(std::move(executor)), context_(context), id_(id), nodes_(nodes.begin(), nodes.end()),
+        pending_(nodes.size(), false) {
+    for (const GraphNode& n : nodes_)
+      if (!n.is_copy()) {
+        what_ = absl::StrCat("replaying a device graph of ", nodes_.size(), " nodes, the first ",
+                             static_cast<const ExecutorKernel*>(n.kernel)->name());
+        break;
+      }
+    if (what_.empty()) what_ = absl::StrCat("replaying a device graph of ", nodes_.size(), " copies");
+  }
+  ~ExecutorDeviceGraph() override {
+    Request r;
+    r.set_context(context_);
+    r.set_free_graph(id_);
+    if (executor_->health().ok()) executor_->Call(r, "freeing a device graph").IgnoreError();
+  }
+
+  absl::Status Update(size_t node, std::span<const ArgValue> args, const Dim3& global, const Dim3& local) override {
+    if (node >= nodes_.size() || args.size() != nodes_[node].args.size())
+      return absl::InvalidArgumentError(absl::StrCat("device graph update of node ", node, " does not fit"));
+    if (absl::Status s = executor_->health(); !s.ok()) return s;
+    GraphNode& n = nodes_[node];
+    std::copy(args.begin(), args.end(), n.args.begin());
+    n.global = global;
+    n.local = local;
+    if (!pending_[node]) {
+      pending_[node] = true;
+      pending_nodes_.push_back(node);
+    }
+    return absl::OkStatus();
+  }
+
+  absl::StatusOr<std::optional<absl::Duration>> Launch(bool wait) override {
+    Request r;
+    r.set_context(context_);
+    GraphLaunch* launch = r.mutable_graph_launch();
+    launch->set_graph(id_);
+    launch->set_wait(wait);
+    auto add = [&](size_t node) {
+      NodeUpdate* u = launch->add_updates();
+      u->set_node(node);
+      ArgsToWire(nodes_[node].args, *u->mutable_args());
+      ToWire(nodes_[node].global, *u->mutable_global());
+      ToWire(nodes_[node].local, *u->mutable_local());
+    };
+    if (resync_) {
+      for (size_t i = 0; i < nodes_.size(); ++i) add(i);
+    } else {
+      for (size_t node : pending_nodes_) add(node);
+    }
+    absl::StatusOr<Reply> reply = executor_->Call(r, what_);
+    if (!reply.ok()) {
+      resync_ = true;
+      return reply.status();
+    }
+    resync_ = false;
+    for (size_t node : pending_nodes_) pending_[node] = false;
+    pending_nodes_.clear();
+    return TimeOf(*reply);
+  }
+
+ private:
+  const std::shared_ptr<Executor> executor_;
+  const uint64_t context_;
+  const uint64_t id_;
+  std::vector<GraphNode> nodes_;  // as the engine last set them
+  std::vector<bool> pending_;     // updated since the last launch that succeeded
+  std::vector<size_t> pending_nodes_;
+  bool resync_ = false;
+  std::string what_;
+};
+
+class ExecutorContext : public Context {
+ public:
+  ExecutorContext(std::shared_ptr<Executor> executor, uint64_t id) : executor_(std::move(executor)), id_(id) {}
+  ~ExecutorContext() override {
+    Request r = NewRequest();
+    r.set_close_context(true);
+    if (executor_->health().ok()) executor_->Call(r, "closing a context").IgnoreError();
+  }
+
+  absl::StatusOr<Allocation> Allocate(uint64_t bytes) override {
+    if (absl::Status s = executor_->Reserve(bytes); !s.ok()) return s;
+    Request r = NewRequest();
+    r.set_allocate(bytes);
+    absl::StatusOr<Reply> reply = executor_->Call(r, absl::StrCat("allocating ", bytes, " bytes"));
+    if (!reply.ok()) {
+      executor_->Release(bytes);
+      return reply.status();
+    }
+    return Allocation{reply->value(), bytes};
+  }
+
+  void Free(const Allocation& allocation) override {
+    Request r = NewRequest();
+    ToWire(allocation, *r.mutable_free());
+    if (executor_->health().ok()) executor_->Call(r, "freeing an allocation").IgnoreError();
+    executor_->Release(allocation.bytes);
+  }
+
+  absl::Status Write(const Allocation& dst, uint64_t offset, std::span<const uint8_t> bytes) override {
+    for (uint64_t done = 0; done < bytes.size();) {
+      const uint64_t n = std::min<uint64_t>(bytes.size() - done, Channel::kDataBytes);
+      Request r = NewRequest();
+      Transfer* t = r.mutable_write();
+      ToWire(dst, *t->mutable_allocation());
+      t->set_offset(offset + done);
+      t->set_bytes(n);
+      absl::StatusOr<Reply> reply = executor_->Call(r, "writing a buffer", bytes.subspan(done, n));
+      if (!reply.ok()) return reply.status();
+      done += n;
+    }
+    return absl::OkStatus();
+  }
+
+  absl::Status Read(const Allocation& src, uint64_t offset, std::span<uint8_t> bytes) override {
+    for (uint64_t done = 0; done < bytes.size();) {
+      const uint64_t n = std::min<uint64_t>(bytes.size() - done, Channel::kDataBytes);
+      Request r = NewRequest();
+      Transfer* t = r.mutable_read();
+      ToWire(src, *t->mutable_allocation());
+      t->set_offset(offset + done);
+      t->set_bytes(n);
+      absl::StatusOr<Reply> reply = executor_->Call(r, "reading a buffer", {}, bytes.subspan(done, n));
+      if (!reply.ok()) return reply.status();
+      done += n;
+    }
+    return absl::OkStatus();
+  }
+
+  absl::Status Copy(const Allocation& dst, uint64_t dst_offset, const Allocation& src, uint64_t src_offset,
+                    uint64_t bytes) override {
+    Request r = NewRequest();
+    CopyCommand* c = r.mutable_copy();
+    ToWire(dst, *c->mutable_dst());
+    c->set_dst_offset(dst_offset);
+    ToWire(src, *c->mutable_src());
+    c->set_src_offset(src_offset);
+    c->set_bytes(bytes);
+    return executor_->Call(r, "copying between buffers").status();
+  }
+
+  absl::StatusOr<std::unique_ptr<Kernel>> Load(const ProgramSource& source,
+                                               const std::filesystem::path& artifact) override {
+    Request r = NewRequest();
+    ToWire(source, artifact.string(), *r.mutable_load());
+    const std::string name = absl::StrCat("program ", artifact.stem().string(), " entry '", source.entry, "'");
+    absl::StatusOr<Reply> reply = executor_->Call(r, absl::StrCat("loading ", name));
+    if (!reply.ok()) return reply.status();
+    return std::make_unique<ExecutorKernel>(executor_, id_, reply->value(), source.signature, name);
+  }
+
+  absl::StatusOr<std::optional<absl::Duration>> Launch(const Kernel& kernel, std::span<const ArgValue> args,
+                                                       const Dim3& global, const Dim3& local, bool wait) override {
+    const auto& k = static_cast<const ExecutorKernel&>(kernel);
+    Request r = NewRequest();
+    LaunchCommand* l = r.mutable_launch();
+    l->set_kernel(k.id());
+    ArgsToWire(args, *l->mutable_args());
+    ToWire(global, *l->mutable_global());
+    ToWire(local, *l->mutable_local());
+    l->set_wait(wait);
+    absl::StatusOr<Reply> reply = executor_->Call(r, absl::StrCat("running ", k.name()));
+    if (!reply.ok()) return reply.status();
+    return TimeOf(*reply);
+  }
+
+  absl::Status Synchronize() override {
+    Request r = NewRequest();
+    r.set_synchronize(true);
+    return executor_->Call(r, "synchronizing").status();
+  }
+
+  absl::StatusOr<std::unique_ptr<DeviceGraph>> Instantiate(std::span<const GraphNode> nodes,
+                                                           std::span<const std::pair<size_t, size_t>> edges) override {
+    Request r = NewRequest();
+    executor::Instantiate* in = r.mutable_instantiate();
+    for (const GraphNode& n : nodes) {
+      Node* w = in->add_nodes();
+      w->set_kernel(n.is_copy() ? 0 : static_cast<const ExecutorKernel*>(n.kernel)->id());
+      ArgsToWire(n.args, *w->mutable_args());
+      ToWire(n.global, *w->mutable_global());
+      ToWire(n.local, *w->mutable_local());
+      w->set_copy_bytes(n.copy_bytes);
+    }
+    for (const auto& [from, to] : edges) {
+      in->add_edge_from(from);
+      in->add_edge_to(to);
+    }
+    absl::StatusOr<Reply> reply = executor_->Call(r, "building a device graph");
+    if (!reply.ok()) return reply.status();
+    return std::make_unique<ExecutorDeviceGraph>(executor_, id_, reply->value(), nodes);
+  }
+
+  uint64_t address_space() const override { return executor_->address_space(); }
+
+ private:
+  Request NewRequest() const {
+    Request r;
+    r.set_context(id_);
+    return r;
+  }
+
+  const std::shared_ptr<Executor> executor_;
+  const uint64_t id_;
+};
+
+}  // namespace
+
+absl::StatusOr<std::shared_ptr<Executor>> Executor::Start(const ExecutorOptions& options, std::string tenant,
+                                                          std::string device, DeviceMemory& memory) {
+  if (access(options.binary.c_str(), X_OK) != 0)
+    return absl::InternalError(absl::StrCat("executor program ", options.binary.string(), " cannot be run: ",
+                                            std::strerror(errno)));
+  absl::StatusOr<Channel> channel = Channel::Create();
+  if (!channel.ok()) return channel.status();
+  std::vector<std::string> args = {options.binary.string(), "--fd=3"};
+  args.insert(args.end(), options.device_args.begin(), options.device_args.end());
+  std::vector<char*> argv;
+  for (std::string& a : args) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  char* envp[] = {nullptr};
+
+  posix_spawn_file_actions_t actions;
+  posix_spawn_file_actions_init(&actions);
+  posix_spawn_file_actions_adddup2(&actions, channel->fd(), 3);
+  posix_spawn_file_actions_addclosefrom_np(&actions, 4);
+  posix_spawnattr_t attr;
+  posix_spawnattr_init(&attr);
+  posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETPGROUP | POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF);
+  posix_spawnattr_setpgroup(&attr, 0);
+  sigset_t none, all;
+  sigemptyset(&none);
+  sigfillset(&all);
+  posix_spawnattr_setsigmask(&attr, &none);
+  posix_spawnattr_setsigdefault(&attr, &all);
+  pid_t pid = 0;
+  const int err = posix_spawn(&pid, argv[0], &actions, &attr, argv.data(), envp);
+  posix_spawn_file_actions_destroy(&actions);
+  posix_spawnattr_destroy(&attr);
+  if (err != 0)
+    return absl::InternalError(absl::StrCat("cannot start executor ", options.binary.string(), ": ", std::strerror(err)));
+  return std::shared_ptr<Executor>(
+      new Executor(options, std::move(tenant), std::move(device), memory, *std::move(channel), pid));
+}
+
+Executor::Executor(const ExecutorOptions& options, std::string tenant, std::string device, DeviceMemory& memory,
+                   Channel channel, pid_t pid)
+    : command_timeout_(options.command_timeout), tenant_(std::move(tenant)), device_(std::move(device)),
+      memory_(memory), pid_(pid), address_space_(next_address_space++), channel_(std::move(channel)) {}
+
+Executor::~Executor() {
+  absl::MutexLock lock(&mu_);
+  if (running_) {
+    kill(pid_, SIGKILL);
+    waitpid(pid_, nullptr, 0);
+    running_ = false;
+  }
+  memory_.Release(reserved_);
+}
+
+absl::Status Executor::health() const {
+  absl::MutexLock lock(&mu_);
+  return death_;
+}
+
+absl::Status Executor::Reserve(uint64_t bytes) {
+  absl::MutexLock lock(&mu_);
+  if (!death_.ok()) return death_;
+  if (absl::Status s = memory_.Reserve(device_, bytes); !s.ok()) return s;
+  reserved_ += bytes;
+  return absl::OkStatus();
+}
+
+void Executor::Release(uint64_t bytes) {
+  absl::MutexLock lock(&mu_);
+  if (!death_.ok()) return;  // given back at the death
+  memory_.Release(bytes);
+  reserved_ -= bytes;
+}
+
+void Executor::RecordDeath(const std::string& cause) {
+  death_ = absl::FailedPreconditionError(absl::StrCat("executor of tenant ", tenant_, " on ", device_, " ", cause));
+  memory_.Release(reserved_);
+  reserved_ = 0;
+}
+
+bool Executor::Reaped() {
+  if (!running_) return true;
+  int status = 0;
+  if (waitpid(pid_, &status, WNOHANG) != pid_) return false;
+  running_ = false;
+  const std::string doing = doing_.empty() ? "" : absl::StrCat(" while ", doing_);
+  if (WIFSIGNALED(status)) {
+    RecordDeath(absl::StrCat("died: ", SignalName(WTERMSIG(status)), doing));
+  } else {
+    RecordDeath(absl::StrCat("exited with status ", WEXITSTATUS(status), doing));
+  }
+  return true;
+}
+
+void Executor::End(const std::string& cause) {
+  if (running_) {
+    kill(pid_, SIGKILL);
+    waitpid(pid_, nullptr, 0);
+    running_ = false;
+  }
+  RecordDeath(cause);
+}
+
+absl::StatusOr<Reply> Executor::Call(const Request& request, absl::string_view what, std::span<const uint8_t> in,
+                                     std::span<uint8_t> out) {
+  absl::MutexLock lock(&mu_);
+  if (!death_.ok()) return death_;
+  const size_t size = request.ByteSizeLong();
+  std::span<uint8_t> message = channel_.request();
+  if (size > message.size())
+    return absl::ResourceExhaustedError(absl::StrCat("a command of ", size, " bytes exceeds the executor channel's ",
+                                                     message.size()));
+  if (in.size() > channel_.data().size() || out.size() > channel_.data().size())
+    return absl::InternalError("a transfer larger than the executor channel's data area");
+  request.SerializeToArray(message.data(), static_cast<int>(message.size()));
+  if (!in.empty()) std::memcpy(channel_.data().data(), in.data(), in.size());
+  doing_ = std::string(what);
+  channel_.PostRequest(size);
+  absl::StatusOr<uint64_t> bytes = channel_.AwaitReply(absl::Now() + command_timeout_, [&] {
+    mu_.AssertHeld();
+    return Reaped();
+  });
+  if (!bytes.ok()) {
+    if (bytes.status().code() == absl::StatusCode::kDeadlineExceeded) {
+      End(absl::StrCat("was ended: ", doing_, " ran past the time limit of ", absl::FormatDuration(command_timeout_)));
+    } else if (death_.ok()) {
+      End(absl::StrCat("failed: ", bytes.status().message()));
+    }
+    doing_.clear();
+    return death_;
+  }
+  doing_.clear();
+  if (!reply_.ParseFromArray(channel_.reply().data(), static_cast<int>(*bytes))) {
+    End("sent a reply that does not parse");
+    return death_;
+  }
+  if (absl::Status s = StatusOf(reply_); !s.ok()) return s;
+  if (!out.empty()) std::memcpy(out.data(), channel_.data().data(), out.size());
+  return reply_;
+}
+
+ExecutorDevice::ExecutorDevice(std::unique_ptr<Device> inner, ExecutorOptions options)
+    : inner_(std::move(inner)), options_(std::move(options)), memory_(inner_->info().total_memory) {}
+
+ExecutorDevice::~ExecutorDevice() = default;
+
+absl::StatusOr<std::unique_ptr<Context>> ExecutorDevice::OpenContext(absl::string_view tenant) {
+  std::shared_ptr<Executor> executor;
+  {
+    absl::MutexLock lock(&mu_);
+    auto it = executors_.find(tenant);
+    if (it != executors_.end() && it->second->health().ok()) {
+      executor = it->second;
+    } else {
+      absl::StatusOr<std::shared_ptr<Executor>> started =
+          Executor::Start(options_, std::string(tenant), inner_->info().id, memory_);
+      if (!started.ok()) return started.status();
+      executor = *started;
+      executors_[std::string(tenant)] = executor;
+    }
+  }
+  Request r;
+  r.set_open_context(true);
+  absl::StatusOr<Reply> reply = executor->Call(r, "opening a context");
+  if (!reply.ok()) return reply.status();
+  return std::make_unique<ExecutorContext>(std::move(executor), reply->value());
+}
+
+std::shared_ptr<Executor> ExecutorDevice::ExecutorOf(absl::string_view tenant) const {
+  absl::MutexLock lock(&mu_);
+  auto it = executors_.find(tenant);
+  return it == executors_.end() ? nullptr : it->second;
+}
+
+}  // namespace replayd::executor

@@ -1,0 +1,121 @@
+// Device work in supervised executor processes: an ExecutorDevice wraps one real device
+// (which still describes the device and compiles programs in the daemon) and runs every
+// context of a tenant in that tenant's executor, a child process hosting the real driver,
+// reached over a shared-memory channel (drivers/executor/channel.h). The engine above
+// sees an ordinary Device, as LevelDB's EnvWrapper wraps an Env.
+//
+// An executor that crashes, exits, sends a reply that does not parse, or runs a command
+// past its time limit ends (it is killed if need be and reaped). Its command in flight and
+// every later command of its contexts answer FAILED_PRECONDITION naming the tenant, the
+// device and the cause ("executor of tenant research on cpu:0 died: SIGSEGV while running
+// program 1f2e... entry 'step'"); its memory is given back to the device at once, and the
+// tenant's next OpenContext starts a fresh executor. Other tenants notice nothing.
+//
+// Thread safety: thread-safe; the commands of one executor run one at a time.
+#ifndef REPLAYD_DRIVERS_EXECUTOR_EXECUTOR_DRIVER_H_
+#define REPLAYD_DRIVERS_EXECUTOR_EXECUTOR_DRIVER_H_
+
+#include <sys/types.h>
+
+#include <filesystem>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/synchronization/mutex.h"
+#include "drivers/device_memory.h"
+#include "drivers/driver.h"
+#include "drivers/executor/channel.h"
+#include "drivers/executor/executor.pb.h"
+
+namespace replayd::executor {
+
+struct ExecutorOptions {
+  std::filesystem::path binary;          // the replayd-executor program
+  std::vector<std::string> device_args;  // how it makes its device: {"--device=cpu", ...}
+  // Longest a command may run (a launch, a graph replay, a synchronize) before its
+  // executor is killed.
+  absl::Duration command_timeout = absl::Seconds(60);
+};
+
+// One executor process and its channel.
+class Executor {
+ public:
+  // Starts an executor for `tenant` on device `device`. INTERNAL when it cannot be
+  // started (the binary missing, no memory for the channel).
+  static absl::StatusOr<std::shared_ptr<Executor>> Start(const ExecutorOptions& options, std::string tenant,
+                                                         std::string device, DeviceMemory& memory);
+  // Kills the process if it still runs and gives back what it held.
+  ~Executor();
+  Executor(const Executor&) = delete;
+  Executor& operator=(const Executor&) = delete;
+
+  // Sends `request` with `in` in the data area, waits for its reply and copies `out` from
+  // the data area. `what` says what the command does, for the cause of a death.
+  // FAILED_PRECONDITION once the executor has ended; the reply's own status otherwise.
+  absl::StatusOr<Reply> Call(const Request& request, absl::string_view what, std::span<const uint8_t> in = {},
+                             std::span<uint8_t> out = {});
+
+  // Device memory held by this executor's allocations, reserved in the device's account
+  // and given back when they are freed or when the executor ends.
+  absl::Status Reserve(uint64_t bytes);
+  void Release(uint64_t bytes);
+
+  // OK while it runs; the cause (FAILED_PRECONDITION) once it has ended.
+  absl::Status health() const;
+  pid_t pid() const { return pid_; }
+  // Distinct per executor: contexts of two executors never share device graphs.
+  uint64_t address_space() const { return address_space_; }
+
+ private:
+  Executor(const ExecutorOptions& options, std::string tenant, std::string device, DeviceMemory& memory,
+           Channel channel, pid_t pid);
+  // Reaps the process if it has ended, recording why; true when it has.
+  bool Reaped() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Ends the process (SIGKILL) and records `cause`.
+  void End(const std::string& cause) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void RecordDeath(const std::string& cause) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  const absl::Duration command_timeout_;
+  const std::string tenant_;
+  const std::string device_;
+  DeviceMemory& memory_;
+  const pid_t pid_;
+  const uint64_t address_space_;
+  mutable absl::Mutex mu_;
+  Channel channel_ ABSL_GUARDED_BY(mu_);
+  bool running_ ABSL_GUARDED_BY(mu_) = true;   // not yet reaped
+  std::string doing_ ABSL_GUARDED_BY(mu_);     // the command in flight
+  absl::Status death_ ABSL_GUARDED_BY(mu_);    // OK while it runs
+  uint64_t reserved_ ABSL_GUARDED_BY(mu_) = 0;
+  Reply reply_ ABSL_GUARDED_BY(mu_);
+};
+
+class ExecutorDevice : public Device {
+ public:
+  ExecutorDevice(std::unique_ptr<Device> inner, ExecutorOptions options);
+  ~ExecutorDevice() override;
+
+  const DeviceInfo& info() const override { return inner_->info(); }
+  uint64_t memory_in_use() const override { return memory_.in_use(); }
+  absl::Status Compile(const ProgramSource& source, const std::filesystem::path& output) override {
+    return inner_->Compile(source, output);
+  }
+  // A context in `tenant`'s executor, started now if it has none or its last one ended.
+  absl::StatusOr<std::unique_ptr<Context>> OpenContext(absl::string_view tenant) override;
+
+  // The executor `tenant` runs in now, or null; for tests and reports.
+  std::shared_ptr<Executor> ExecutorOf(absl::string_view tenant) const;
+
+ private:
+  const std::unique_ptr<Device> inner_;
+  const ExecutorOptions options_;
+  DeviceMemory memory_;
+  mutable absl::Mutex mu_;
+  std::map<std::string, std::shared_ptr<Executor>, std::less<>> executors_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace replayd::executor
+
+#endif  // REPLAYD_DRIVERS_EXECUTOR_EXECUTOR_DRIVER_H_

@@ -1,0 +1,67 @@
+// replayd-executor: hosts one real device for one tenant, serving the daemon's commands on
+// the shared-memory channel it inherits as descriptor 3. Started only by the daemon
+// (drivers/executor/executor_driver.cc), with an empty environment, no other descriptors
+// and a process group of its own. Before it serves, it forbids itself new privileges and
+// core files, and it ends when the daemon does.
+//
+//   replayd-executor --fd=3 --device=cpu [--memory_limit=BYTES] [--threads=N]
+#include <sys/prctl.h>
+#include <sys/resource.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "drivers/cpu/cpu_driver.h"
+#include "drivers/executor/channel.h"
+#include "drivers/executor/executor_server.h"
+
+namespace {
+
+int Fail(const std::string& message) {
+  std::fprintf(stderr, "replayd-executor: %s\n", message.c_str());
+  return 2;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const pid_t parent = getppid();
+  int fd = -1;
+  std::string device;
+  replayd::CpuDriverOptions cpu;
+  for (int i = 1; i < argc; ++i) {
+    const std::string arg = argv[i];
+    auto value = [&](const char* name) -> const char* {
+      return absl::StartsWith(arg, name) ? arg.c_str() + std::strlen(name) : nullptr;
+    };
+    bool ok = true;
+    if (const char* v = value("--fd=")) {
+      ok = absl::SimpleAtoi(v, &fd);
+    } else if (const char* v = value("--device=")) {
+      device = v;
+    } else if (const char* v = value("--memory_limit=")) {
+      ok = absl::SimpleAtoi(v, &cpu.memory_limit);
+    } else if (const char* v = value("--threads=")) {
+      ok = absl::SimpleAtoi(v, &cpu.threads);
+    } else {
+      ok = false;
+    }
+    if (!ok) return Fail("unknown or malformed argument " + arg);
+  }
+  if (fd < 0 || device != "cpu") return Fail("usage: replayd-executor --fd=N --device=cpu [--memory_limit=B] [--threads=N]");
+
+  prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0);
+  const struct rlimit no_core = {0, 0};
+  setrlimit(RLIMIT_CORE, &no_core);
+
+  absl::StatusOr<replayd::executor::Channel> channel = replayd::executor::Channel::Attach(fd);
+  if (!channel.ok()) return Fail(std::string(channel.status().message()));
+  std::vector<std::unique_ptr<replayd::Device>> devices = replayd::CpuDriver(cpu).Discover();
+  if (devices.empty()) return Fail("no device");
+  replayd::executor::ExecutorServer server(*channel, *devices.front());
+  return server.Run(parent);
+}

@@ -1,0 +1,219 @@
+// The executor device with real executor processes: every Context and DeviceGraph
+// operation across the process boundary, and the containment it exists for: a kernel that
+// crashes, exits or runs past its time limit ends only its tenant's executor, which
+// answers FAILED_PRECONDITION naming the tenant, the device and the cause, gives its
+// memory back, and is replaced at the tenant's next OpenContext.
+#include "drivers/executor/executor_driver.h"
+
+#include <gmock/gmock.h>
+#include <signal.h>
+
+#include <cstring>
+
+#include "drivers/cpu/cpu_driver.h"
+#include "tests/support/status_macros.h"
+#include "tests/support/temp_dir.h"
+
+namespace replayd::executor {
+namespace {
+
+using ::testing::AllOf;
+using ::testing::HasSubstr;
+
+constexpr uint64_t kMemory = 64 << 20;
+
+Signature Sig(std::vector<replayd::Param> params) {
+  Signature s;
+  s.params = std::move(params);
+  return s;
+}
+
+const replayd::Param kInout{"x", ParamKind::kBuffer, Access::kInout};
+const replayd::Param kInt{"v", ParamKind::kInt32, Access::kNone};
+
+class ExecutorDriverTest : public ::testing::Test {
+ protected:
+  void SetUp() override { device_ = MakeDevice(absl::Seconds(30)); }
+
+  std::unique_ptr<ExecutorDevice> MakeDevice(absl::Duration timeout) {
+    CpuDriverOptions cpu;
+    cpu.memory_limit = kMemory;
+    cpu.threads = 2;
+    ExecutorOptions options;
+    options.binary = REPLAYD_EXECUTOR_BINARY;
+    options.device_args = {"--device=cpu", absl::StrCat("--memory_limit=", kMemory), "--threads=2"};
+    options.command_timeout = timeout;
+    return std::make_unique<ExecutorDevice>(std::make_unique<CpuDevice>(cpu), options);
+  }
+
+  // Compiles `code` in the daemon (as the engine does) and loads it in `context`.
+  absl::StatusOr<std::unique_ptr<Kernel>> Build(Device& device, Context& context, const std::string& code,
+                                                const std::string& entry, Signature sig) {
+    ProgramSource source{"cpu-c", code, entry, std::move(sig), {}};
+    const std::filesystem::path out = dir_.path() / absl::StrCat(entry, ++builds_, ".so");
+    if (absl::Status s = device.Compile(source, out); !s.ok()) return s;
+    return context.Load(source, out);
+  }
+
+  TempDir dir_;
+  int builds_ = 0;
+  std::unique_ptr<ExecutorDevice> device_;
+};
+
+TEST_F(ExecutorDriverTest, TransfersOfAnySizeCrossTheProcessBoundary) {
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<Context> c, device_->OpenContext("a"));
+  const uint64_t bytes = 9 << 20;  // three trips through the data area
+  ASSERT_OK_AND_ASSIGN(Allocation a, c->Allocate(bytes));
+  EXPECT_EQ(device_->memory_in_use(), bytes);
+  std::vector<uint8_t> in(bytes);
+  for (size_t i = 0; i < in.size(); ++i) in[i] = static_cast<uint8_t>(i * 7 + i / 4096);
+  ASSERT_TRUE(c->Write(a, 0, in).ok());
+  std::vector<uint8_t> out(bytes);
+  ASSERT_TRUE(c->Read(a, 0, out).ok());
+  EXPECT_EQ(in, out);
+  std::vector<uint8_t> middle(100);
+  ASSERT_TRUE(c->Read(a, 5 << 20, middle).ok());
+  EXPECT_TRUE(std::equal(middle.begin(), middle.end(), in.begin() + (5 << 20)));
+  ASSERT_OK_AND_ASSIGN(Allocation b, c->Allocate(1 << 20));
+  ASSERT_TRUE(c->Copy(b, 0, a, 4096, 1 << 20).ok());
+  ASSERT_TRUE(c->Read(b, 0, middle).ok());
+  EXPECT_TRUE(std::equal(middle.begin(), middle.end(), in.begin() + 4096));
+  c->Free(a);
+  c->Free(b);
+  EXPECT_EQ(device_->memory_in_use(), 0u);
+}
+
+TEST_F(ExecutorDriverTest, AnAllocationPastTheDeviceIsRefusedAndChangesNothing) {
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<Context> a, device_->OpenContext("a"));
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<Context> b, device_->OpenContext("b"));
+  ASSERT_OK_AND_ASSIGN(Allocation big, a->Allocate(kMemory - (1 << 20)));
+  // Two tenants' executors share the device's memory.
+  EXPECT_EQ(b->Allocate(2 << 20).status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_EQ(device_->memory_in_use(), kMemory - (1 << 20));
+  a->Free(big);
+  EXPECT_TRUE(b->Allocate(2 << 20).ok());
+}
+
+TEST_F(ExecutorDriverTest, LaunchesAndDeviceGraphsRunInTheExecutor) {
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<Context> c, device_->OpenContext("a"));
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<Kernel> k,
+                       Build(*device_, *c, "void step(float *x, int v, int i) { x[i] = x[i] * 2 + v; }", "step",
+                             [] {
+                               Signature s = Sig({kInout, kInt});
+                               s.core_id = true;
+                               return s;
+                             }()));
+  ASSERT_OK_AND_ASSIGN(Allocation x, c->Allocate(4 * 4));
+  ASSERT_OK_AND_ASSIGN(Allocation y, c->Allocate(4 * 4));
+  ArgValue args[2];
+  args[0].address = x.address;
+  args[1].integer = 1;
+  ASSERT_OK_AND_ASSIGN(std::optional<absl::Duration> t, c->Launch(*k, args, {4, 1, 1}, {1, 1, 1}, true));
+  EXPECT_TRUE(t.has_value());
+  // A graph: step(x, 1), step(x, 2), then a copy x -> y.
+  std::vector<GraphNode> nodes(3);
+  nodes[0] = {k.get(), {args[0], args[1]}, {4, 1, 1}, {1, 1, 1}, 0};
+  nodes[1] = nodes[0];
+  nodes[1].args[1].integer = 2;
+  nodes[2].args.resize(2);
+  nodes[2].args[0].address = y.address;
+  nodes[2].args[1].address = x.address;
+  nodes[2].copy_bytes = 16;
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<DeviceGraph> g, c->Instantiate(nodes, {}));
+  ASSERT_TRUE(g->Launch(true).ok());  // x: 1 -> 3 -> 8
+  ArgValue patched[2] = {args[0], args[1]};
+  patched[1].integer = 5;
+  ASSERT_TRUE(g->Update(1, patched, {4, 1, 1}, {1, 1, 1}).ok());
+  ASSERT_TRUE(g->Launch(false).ok());  // x: 8 -> 17 -> 39
+  float out[4];
+  ASSERT_TRUE(c->Read(y, 0, {reinterpret_cast<uint8_t*>(out), sizeof(out)}).ok());
+  for (float v : out) EXPECT_EQ(v, 39.0f);
+  // The executor refuses what does not fit instead of running it.
+  EXPECT_EQ(g->Update(7, patched, {4, 1, 1}, {1, 1, 1}).code(), absl::StatusCode::kInvalidArgument);
+  g.reset();
+  k.reset();
+  c->Free(x);
+  c->Free(y);
+}
+
+TEST_F(ExecutorDriverTest, EachTenantHasItsOwnExecutorAndItsContextsShareIt) {
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<Context> a1, device_->OpenContext("a"));
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<Context> a2, device_->OpenContext("a"));
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<Context> b, device_->OpenContext("b"));
+  ASSERT_NE(device_->ExecutorOf("a"), nullptr);
+  ASSERT_NE(device_->ExecutorOf("b"), nullptr);
+  EXPECT_NE(device_->ExecutorOf("a")->pid(), device_->ExecutorOf("b")->pid());
+  EXPECT_EQ(a1->address_space(), a2->address_space());
+  EXPECT_NE(a1->address_space(), b->address_space());
+}
+
+// The cases of containment: each kernel ends its executor a different way.
+struct Fault {
+  const char* name;
+  const char* code;
+  const char* cause;
+};
+
+class ExecutorFaultTest : public ExecutorDriverTest, public ::testing::WithParamInterface<Fault> {};
+
+TEST_P(ExecutorFaultTest, AFaultEndsOnlyItsTenantsExecutor) {
+  const Fault& fault = GetParam();
+  std::unique_ptr<ExecutorDevice> device = MakeDevice(absl::Seconds(2));
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<Context> bad, device->OpenContext("research"));
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<Context> good, device->OpenContext("prod"));
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<Kernel> k, Build(*device, *bad, fault.code, "boom", Sig({kInout})));
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<Kernel> ok,
+                       Build(*device, *good, "void inc(float *x) { x[0] += 1; }", "inc", Sig({kInout})));
+  ASSERT_OK_AND_ASSIGN(Allocation held, bad->Allocate(1 << 20));
+  ASSERT_OK_AND_ASSIGN(Allocation x, good->Allocate(4));
+  EXPECT_EQ(device->memory_in_use(), (1u << 20) + 4);
+  const pid_t first = device->ExecutorOf("research")->pid();
+
+  ArgValue args[1];
+  args[0].address = held.address;
+  absl::StatusOr<std::optional<absl::Duration>> r = bad->Launch(*k, args, {1, 1, 1}, {1, 1, 1}, true);
+  ASSERT_EQ(r.status().code(), absl::StatusCode::kFailedPrecondition) << r.status();
+  EXPECT_THAT(std::string(r.status().message()),
+              AllOf(HasSubstr("executor of tenant research on cpu:0"), HasSubstr(fault.cause), HasSubstr("entry 'boom'")));
+  // Every later command of its contexts fails the same way; its memory is back.
+  EXPECT_EQ(bad->Allocate(64).status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(device->memory_in_use(), 4u);
+  bad->Free(held);
+  EXPECT_EQ(device->memory_in_use(), 4u);
+
+  // The other tenant never noticed.
+  args[0].address = x.address;
+  ASSERT_TRUE(good->Launch(*ok, args, {1, 1, 1}, {1, 1, 1}, true).ok());
+  float v = 0;
+  ASSERT_TRUE(good->Read(x, 0, {reinterpret_cast<uint8_t*>(&v), 4}).ok());
+  EXPECT_EQ(v, 1.0f);
+
+  // The tenant's next context runs in a fresh executor.
+  k.reset();
+  bad.reset();
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<Context> again, device->OpenContext("research"));
+  EXPECT_NE(device->ExecutorOf("research")->pid(), first);
+  ASSERT_OK_AND_ASSIGN(Allocation y, again->Allocate(4));
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<Kernel> inc,
+                       Build(*device, *again, "void inc(float *x) { x[0] += 1; }", "inc", Sig({kInout})));
+  args[0].address = y.address;
+  ASSERT_TRUE(again->Launch(*inc, args, {1, 1, 1}, {1, 1, 1}, true).ok());
+  ASSERT_TRUE(again->Read(y, 0, {reinterpret_cast<uint8_t*>(&v), 4}).ok());
+  EXPECT_EQ(v, 1.0f);
+  inc.reset();
+  again->Free(y);
+  ok.reset();
+  good->Free(x);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Faults, ExecutorFaultTest,
+    ::testing::Values(Fault{"null_write", "void boom(float *x) { *(volatile int *)0 = 1; }", "died: SIGSEGV while running"},
+                      Fault{"abort", "void abort(void);\nvoid boom(float *x) { abort(); }", "died: SIGABRT while running"},
+                      Fault{"exit", "void exit(int);\nvoid boom(float *x) { exit(3); }", "exited with status 3 while running"},
+                      Fault{"endless", "void boom(float *x) { for (;;) *(volatile float *)x += 1; }",
+                            "ran past the time limit of 2s"}),
+    [](const ::testing::TestParamInfo<Fault>& info) { return std::string(info.param.name); });
+
+}  // namespace
+}  // namespace replayd::executor
