@@ -279,10 +279,11 @@ class Graph:
         left = len(given)
         out = []
         for p in self.params:
-            v = given.get(p.name, p.default) if p.is_buffer else given.get(p.name)
+            is_buffer = p.variable is None
+            v = given.get(p.name, p.default)
             if p.name in given:
                 left -= 1
-            if p.is_buffer:
+            if is_buffer:
                 if not isinstance(v, Buffer):
                     raise errors.InvalidArgument(f"graph {self.handle}: parameter {p.name} takes a buffer, not "
                                                  f"{type(v).__name__}")
@@ -308,9 +309,10 @@ class Graph:
         if reads is None:
             return [], False
         if isinstance(reads, View):
-            views, single = [reads], True
-        else:
-            views, single = list(reads), False
+            if reads.buffer.session is not self.session:
+                raise errors.InvalidArgument(f"reads: {reads!r} belongs to another session")
+            return [reads], True
+        views, single = list(reads), False
         for v in views:
             if not isinstance(v, View):
                 raise errors.InvalidArgument(f"reads: {v!r} is not a view or buffer")

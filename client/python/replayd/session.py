@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import threading
 import weakref
-from typing import (Any, Dict, Iterable, Iterator, List, Mapping, Optional, Sequence, Tuple,
+from typing import (Any, Iterable, Iterator, List, Mapping, Optional, Sequence, Tuple,
                     Union)
 
 import grpc
@@ -560,27 +560,28 @@ class Session:
                 self._box[0] = self._stream
             return self._stream
 
-    def _submit(self, request: pb.SessionRequest, op: Operation) -> SessionStream:
+    def _submit(self, request: pb.SessionRequest, op: Operation, awaited: bool = False) -> SessionStream:
         """Sends `request` on the session's stream (opened on first use, and again once the
-        last has ended) and returns the stream, on which to wait for `op`."""
+        last has ended) and returns the stream, on which to wait for `op`. `awaited`: the
+        caller waits for the reply at once."""
         stream = self._stream
         if stream is None or self._closed:
             stream = self._open_stream()
         try:
-            stream.submit(request, op)
+            stream.submit(request, op, awaited)
             return stream
         except NotSent:
             pass
         stream = self._open_stream()
         try:
-            stream.submit(request, op)
+            stream.submit(request, op, awaited)
         except NotSent:
             raise errors.Unavailable(f"session {self.id:016x}: the session stream ended as it opened") from None
         return stream
 
     def _run(self, request: pb.SessionRequest, partial: Any = None) -> pb.SessionReply:
         op = Operation(partial)
-        self._submit(request, op).wait(op)
+        self._submit(request, op, awaited=partial is None).wait(op)
         return op.result()
 
     def _prepare(self) -> None:

@@ -62,7 +62,13 @@ class ThreadedTransport:
     def can_send(self) -> bool:
         return True
 
-    def send(self, request: pb.SessionRequest) -> bool:
+    def receive_armed(self) -> bool:
+        return True  # grpcio's thread receives
+
+    def arm_receive(self) -> None:
+        pass
+
+    def send(self, request: pb.SessionRequest, with_receive: bool = False) -> bool:
         if not self._call.is_active():
             return False
         self._requests.put(request)
@@ -86,8 +92,12 @@ class ThreadedTransport:
 
 class DirectTransport:
     """The stream as one gRPC call on a completion queue of its own, polled by whichever
-    thread holds the stream's read turn. gRPC takes one message send at a time, so a send
-    waits for the previous one's completion, which the polling thread sees."""
+    thread holds the stream's read turn.
+
+    gRPC takes one message send and one receive at a time per call. A send waits for the
+    previous one's completion, which the polling thread sees. A receive is kept armed while
+    replies are due; a request sent when none is due (a round trip) goes in one batch with
+    its reply's receive, which saves a batch and a completion per round trip."""
 
     name = "direct"
 
@@ -97,23 +107,35 @@ class DirectTransport:
         md = tuple(metadata) if metadata else None
         ops = (((cygrpc.SendInitialMetadataOperation(md, 0),), "metadata"),
                ((cygrpc.ReceiveInitialMetadataOperation(0),), "initial"),
-               ((cygrpc.ReceiveStatusOnClientOperation(0),), "status"),
-               ((cygrpc.ReceiveMessageOperation(0),), "receive"))
+               ((cygrpc.ReceiveStatusOnClientOperation(0),), "status"))
         self._call = channel._channel.segregated_call(  # type: ignore[attr-defined]
             cygrpc.PropagationConstants.GRPC_PROPAGATE_DEFAULTS, SESSION_METHOD.encode(), None, None, md, None,
             ops, cygrpc.build_census_context())
-        self._outstanding = {"metadata", "initial", "status", "receive"}
+        self._outstanding = {"metadata", "initial", "status"}  # tags of the batches in flight
         self._sending = False
+        self._receiving = False
         self._status: Optional[errors.Error] = None
         self._closed = False
 
     def can_send(self) -> bool:
         return not self._sending
 
-    def send(self, request: pb.SessionRequest) -> bool:
+    def receive_armed(self) -> bool:
+        return self._receiving
+
+    def arm_receive(self) -> None:
+        if not self._receiving and self._status is None:
+            self._receiving = self._operate((self._cygrpc.ReceiveMessageOperation(0),), "receive")
+
+    def send(self, request: pb.SessionRequest, with_receive: bool = False) -> bool:
         if self._status is not None or self._closed:
             return False
-        if not self._operate(self._cygrpc.SendMessageOperation(request.SerializeToString(), 0), "send"):
+        message = self._cygrpc.SendMessageOperation(request.SerializeToString(), 0)
+        if with_receive and not self._receiving:
+            if not self._operate((message, self._cygrpc.ReceiveMessageOperation(0)), "send+receive"):
+                return False
+            self._receiving = True
+        elif not self._operate((message,), "send"):
             return False
         self._sending = True
         return True
@@ -125,12 +147,12 @@ class DirectTransport:
         tag = event.tag
         self._outstanding.discard(tag)
         reply = None
-        if tag == "send":
+        if tag == "send" or tag == "send+receive":
             self._sending = False
-        elif tag == "receive":
-            data = event.batch_operations[0].message()
+        if tag == "receive" or tag == "send+receive":
+            self._receiving = False
+            data = event.batch_operations[-1].message()
             if data is not None:
-                self._operate(self._cygrpc.ReceiveMessageOperation(0), "receive")
                 reply = pb.SessionReply.FromString(data)
         elif tag == "status":
             op = event.batch_operations[0]
@@ -140,20 +162,21 @@ class DirectTransport:
             self._status = (errors.Unavailable("the session stream ended") if op.code() == 0
                             else errors.from_number(op.code(), details or ""))
         if self._status is not None and not self._outstanding:
-            raise Ended(self._status)  # every operation has completed: the call and its queue are gone
+            raise Ended(self._status)  # every batch has completed: the call and its queue are gone
         return reply
 
     def close(self) -> None:
         if not self._closed:
             self._closed = True
-            self._operate(self._cygrpc.SendCloseFromClientOperation(0), "close")
+            self._operate((self._cygrpc.SendCloseFromClientOperation(0),), "close")
+            self.arm_receive()  # for the end of the stream
 
     def cancel(self) -> None:
         self._closed = True
         self._call.cancel(self._cygrpc.StatusCode.cancelled, "cancelled by the client")
 
-    def _operate(self, operation: Any, tag: str) -> bool:
-        if not self._call.operate((operation,), tag):
+    def _operate(self, operations: Tuple[Any, ...], tag: str) -> bool:
+        if not self._call.operate(operations, tag):
             return False
         self._outstanding.add(tag)
         return True
@@ -218,22 +241,28 @@ class SessionStream:
         with self._lock:
             return not (self._ended or self._closing)
 
-    def submit(self, request: pb.SessionRequest, op: Operation) -> None:
-        """Sends `request` (its seq, session and resume are set here) for `op`.
+    def submit(self, request: pb.SessionRequest, op: Operation, awaited: bool = False) -> None:
+        """Sends `request` (its seq, session and resume are set here) for `op`. `awaited`:
+        the caller waits for the reply at once (a round trip).
 
         Raises NotSent when the stream had ended with nothing outstanding, so that the
         caller may send it on a new stream with nothing reordered. A stream that ends after
         the request went out fails `op` with the stream's status.
         """
         with self._lock:
-            self._progress(lambda: self._ended or self._closing or (
-                len(self._pending) < self._window and self.transport.can_send()))
+            if len(self._pending) >= self._window or not self.transport.can_send():
+                self._progress(lambda: self._ended or self._closing or (
+                    len(self._pending) < self._window and self.transport.can_send()))
             if self._ended or self._closing:
                 raise NotSent()
             request.seq = self._next_seq
             request.session = self._session
             request.resume = self._resume_next
-            if not self.transport.send(request):
+            transport = self.transport
+            alone = awaited and not self._pending
+            if not alone and not transport.receive_armed():
+                transport.arm_receive()
+            if not transport.send(request, with_receive=alone):
                 if not self._pending:
                     raise NotSent()
                 # Behind others: it fails with them when the end is read; nothing reordered.
@@ -313,6 +342,8 @@ class SessionStream:
             return  # a send completed, or metadata: the caller's condition may hold now
         with self._lock:
             op = self._pending[0] if self._pending and self._pending[0].seq == reply.seq else None
+            if not (len(self._pending) == 1 and reply.final) and not self.transport.receive_armed():
+                self.transport.arm_receive()  # more replies are due
         if op is None:
             return  # a reply to nothing sent: ignore it
         if not reply.final:
