@@ -69,6 +69,7 @@ absl::Status CaptureRecord::RecordLaunch(std::shared_ptr<Program> program, std::
     call.global[d] = global[d].Remapped(remap);
     call.local[d] = local[d].Remapped(remap);
   }
+  call.added_variables = added.size();
   variables_.insert(variables_.end(), added.begin(), added.end());
   calls_.push_back(std::move(call));
   return absl::OkStatus();
@@ -81,6 +82,12 @@ absl::Status CaptureRecord::RecordCopy(RecordedView dst, RecordedView src) {
   call.args.push_back(std::move(src));
   calls_.push_back(std::move(call));
   return absl::OkStatus();
+}
+
+void CaptureRecord::ForgetLast() {
+  if (calls_.empty()) return;
+  variables_.resize(variables_.size() - calls_.back().added_variables);
+  calls_.pop_back();
 }
 
 Graph CaptureRecord::ToGraph(std::span<const std::shared_ptr<DeviceBuffer>> outputs) const {

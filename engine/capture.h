@@ -76,6 +76,9 @@ class CaptureRecord {
   // Records a copy from `src` to `dst`, views the caller has checked. INVALID_ARGUMENT
   // when it does not fit under the graph limits; then nothing is recorded.
   absl::Status RecordCopy(RecordedView dst, RecordedView src);
+  // Forgets the last call recorded and the variables it added: the device refused it
+  // after it was recorded, and a failed call leaves the record as it was.
+  void ForgetLast();
 
   size_t call_count() const { return calls_.size(); }
   const std::vector<VariableDecl>& variables() const { return variables_; }
@@ -92,6 +95,7 @@ class CaptureRecord {
     std::vector<RecordedArg> args;
     std::array<Expression, 3> global{Expression::Constant(1), Expression::Constant(1), Expression::Constant(1)};
     std::array<Expression, 3> local{Expression::Constant(1), Expression::Constant(1), Expression::Constant(1)};
+    size_t added_variables = 0;  // the record's last variables, new with this call
   };
 
   CaptureRecord(std::vector<std::shared_ptr<DeviceBuffer>> inputs, std::vector<VariableDecl> variables)

@@ -254,7 +254,10 @@ absl::StatusOr<LaunchResult> DeviceSession::Launch(const LaunchOp& op) {
   }
   absl::StatusOr<std::optional<absl::Duration>> time =
       context_->Launch(*(*program)->kernel, args, *global, *local, op.wait);
-  if (!time.ok()) return time.status();
+  if (!time.ok()) {
+    if (capture_) capture_->ForgetLast();  // recorded, then refused by the device
+    return time.status();
+  }
   return LaunchResult{*time};
 }
 
@@ -310,7 +313,10 @@ absl::StatusOr<LaunchResult> DeviceSession::CopyBuffer(const CopyOp& op) {
   absl::StatusOr<std::optional<absl::Duration>> time =
       SubmitCopy(*context_, buffers[0]->allocation.address + ranges[0].first,
                  buffers[1]->allocation.address + ranges[1].first, *bytes, op.wait);
-  if (!time.ok()) return time.status();
+  if (!time.ok()) {
+    if (capture_) capture_->ForgetLast();  // recorded, then refused by the device
+    return time.status();
+  }
   return LaunchResult{*time};
 }
 

@@ -132,10 +132,10 @@ class DeviceSession {
   absl::Status FreeProgram(Handle program);
 
   // One eager launch, checked against the program's signature, the bound variables'
-  // ranges and the device limits. Recorded when a capture is open.
+  // ranges and the device limits. Recorded when a capture is open, unless it fails.
   absl::StatusOr<LaunchResult> Launch(const LaunchOp& op);
   // One eager copy between views of session buffers: INVALID_ARGUMENT when their lengths
-  // differ or they overlap. Recorded when a capture is open.
+  // differ or they overlap. Recorded when a capture is open, unless it fails.
   absl::StatusOr<LaunchResult> CopyBuffer(const CopyOp& op);
   absl::Status Synchronize();
 
