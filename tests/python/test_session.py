@@ -259,10 +259,29 @@ def test_a_session_closed_by_the_lease_is_not_found(daemon):
                     x.numpy()  # renews the lease while it lives
                 except replayd.NotFound:
                     break
-                s2 = None  # noqa: F841
                 assert time.monotonic() < deadline, "the lease never expired"
                 time.sleep(1.5)
             with pytest.raises(replayd.NotFound):
                 s.close()
     finally:
         d.stop()
+
+
+def test_closing_the_client_closes_its_sessions(daemon):
+    c = replayd.connect(daemon.address)
+    s = c.session("cpu:0")
+    step = s.program(STEP, "step", "inout,int32,int32")
+    x = s.array(np.zeros(4, np.float32), name="x")
+    with s.capture(inputs=[x], pos=(1, 9)) as cap:
+        s.launch(step, [x, 4, "pos"], pos=1)
+    pending = cap.graph.replay_async(pos=2, reads=x)
+    with c:
+        pass
+    assert c.closed and s.closed
+    np.testing.assert_array_equal(pending.result(), np.full(4, 2.5, np.float32))  # answered before the close
+    with pytest.raises(replayd.NotFound):
+        cap.graph.replay(pos=3)
+    with pytest.raises(replayd.Unavailable, match="closed"):
+        c.session("cpu:0")
+    with replayd.connect(daemon.address) as other:
+        assert all(d.free_memory == d.total_memory for d in other.devices())

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import weakref
 from pathlib import Path
 from typing import List, Optional, Sequence, Tuple, Union
 
@@ -117,6 +118,8 @@ class Client:
         self._stub = rpc.ReplaydStub(self._channel)
         self._metadata: Optional[Tuple[Tuple[str, str], ...]] = (
             (("authorization", f"Bearer {token}"),) if token else None)
+        self._sessions: "weakref.WeakSet[Session]" = weakref.WeakSet()
+        self._closed = False
 
     def devices(self) -> List[Device]:
         """The devices the daemon owns, with their current free memory."""
@@ -135,10 +138,25 @@ class Client:
         client.session("cuda:0") as s:`): it closes on exit, freeing everything it owns."""
         from .session import Session  # the session module imports this one
         reply = self._unary(self._stub.OpenSession, pb.OpenSessionRequest(device=device))
-        return Session(self, device, reply)
+        s = Session(self, device, reply)
+        self._sessions.add(s)
+        return s
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
 
     def close(self) -> None:
-        """Closes the connection. Sessions still open expire by their lease."""
+        """Closes the sessions still open (best effort: one the daemon cannot be told of
+        expires by its lease), then the connection. Later calls raise Unavailable."""
+        if self._closed:
+            return
+        for s in list(self._sessions):
+            try:
+                s.close()
+            except errors.Error:
+                pass
+        self._closed = True
         self._channel.close()
 
     def __enter__(self) -> "Client":
@@ -148,6 +166,8 @@ class Client:
         self.close()
 
     def _unary(self, method, request):
+        if self._closed:
+            raise errors.Unavailable(f"the client of {self.target} is closed")
         try:
             return method(request, metadata=self._metadata)
         except grpc.RpcError as e:
