@@ -255,3 +255,21 @@ def test_the_same_structure_captured_again_is_a_graph_cache_hit(any_session):
     graphs[0].free()
     graphs[0].free()
     assert graphs[1].replay(pos=64, reads=x[:1]) is not None
+
+
+def test_parameters_are_named_by_mapping_name_or_the_callers_variable(any_session):
+    s = any_session
+    step = s.program(STEP, "step", "inout,int32,int32")
+    state = s.array(np.zeros(4, np.float32))  # named by this variable
+    alias = s.empty(4)
+    other = alias  # two names: not guessed
+    named = s.empty(4, name="logits")
+    with s.capture(inputs=[state, alias], outputs={"out": s.empty(4)}, pos=(1, 4)) as cap:
+        s.launch(step, [state, 4, "pos"], pos=1)
+    assert [p.name for p in cap.graph.params] == ["state", "in1", "out", "pos"]
+    with s.capture(inputs=[named], pos=(1, 4)) as cap:
+        s.launch(step, [named, 4, "pos"], pos=1)
+    assert [p.name for p in cap.graph.params] == ["logits", "pos"]
+    fresh = s.array(np.ones(4, np.float32))
+    np.testing.assert_array_equal(cap.graph.replay(logits=fresh, pos=2, reads=fresh), np.full(4, 2.5, np.float32))
+    assert other is alias

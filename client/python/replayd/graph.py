@@ -33,9 +33,27 @@ __all__ = ["Capture", "Graph", "GraphParam", "ReplaySequence"]
 Reads = Union[None, View, Sequence[View]]
 
 
-def _named(kind: str, buffers: Union[Sequence[Buffer], Mapping[str, Buffer]]) -> List[Tuple[str, Buffer]]:
-    items = list(buffers.items()) if isinstance(buffers, Mapping) else [
-        (b.name or f"{kind}{i}", b) if isinstance(b, Buffer) else (f"{kind}{i}", b) for i, b in enumerate(buffers)]
+def _caller_name(buffer: Buffer, scopes: Sequence[Mapping[str, Any]]) -> Optional[str]:
+    """The one name the caller's code binds `buffer` to (its locals first, then its
+    globals), or None when there is none or more than one."""
+    for scope in scopes:
+        names = [k for k, v in scope.items() if v is buffer and not k.startswith("_")]
+        if len(names) == 1:
+            return names[0]
+        if names:
+            return None
+    return None
+
+
+def _named(kind: str, buffers: Union[Sequence[Buffer], Mapping[str, Buffer]],
+           scopes: Sequence[Mapping[str, Any]]) -> List[Tuple[str, Buffer]]:
+    if isinstance(buffers, Mapping):
+        items = list(buffers.items())
+    else:
+        items = []
+        for i, b in enumerate(buffers):
+            name = b.name or _caller_name(b, scopes) if isinstance(b, Buffer) else None
+            items.append((name or f"{kind}{i}", b))
     for name, b in items:
         if not isinstance(b, Buffer):
             raise errors.InvalidArgument(f"capture {kind}put {name}: {b!r} is not a buffer (a graph's buffer "
@@ -47,10 +65,11 @@ class Capture:
     """An open capture (see `Session.capture`). `graph` is the result once the block ends."""
 
     def __init__(self, session: Session, inputs: Any, outputs: Any,
-                 variables: Mapping[str, Union[Variable, Tuple[int, ...]]]) -> None:
+                 variables: Mapping[str, Union[Variable, Tuple[int, ...]]],
+                 scopes: Sequence[Mapping[str, Any]] = ()) -> None:
         self.session = session
-        self.inputs = _named("in", inputs)
-        self.outputs = _named("out", outputs)
+        self.inputs = _named("in", inputs, scopes)
+        self.outputs = _named("out", outputs, scopes)
         self.variables: Dict[str, Variable] = {n: Variable.of(n, v) for n, v in variables.items()}
         self._scratch: List[Buffer] = []
         self._graph: Optional[Graph] = None

@@ -13,6 +13,7 @@ orders their operations as they arrive.
 
 from __future__ import annotations
 
+import sys
 import threading
 import weakref
 from typing import (Any, Iterable, Iterator, List, Mapping, Optional, Sequence, Tuple,
@@ -537,13 +538,18 @@ class Session:
         and are recorded; at its end they become `capture.graph`.
 
         `inputs` then `outputs` become the graph's buffer parameters, named by the mapping's
-        keys or by each buffer's `name` (else in0, in1, ..., out0, ...); buffers made and
-        freed inside (see `Capture.scratch`) become internals, other buffers constants held
-        by reference. `**variables` declare the variables and their ranges (`pos=(1, 256)`).
-        An exception in the block discards the capture.
+        keys, else by each buffer's `name`, else by the one variable of the calling code
+        that holds the buffer (`inputs=[x]` names it x), else in0, in1, ..., out0, ...;
+        buffers made and freed inside (see `Capture.scratch`) become internals, other
+        buffers constants held by reference. `**variables` declare the variables and their
+        ranges (`pos=(1, 256)`). An exception in the block discards the capture.
         """
         from .graph import Capture
-        return Capture(self, inputs, outputs, variables)
+        caller = sys._getframe(1)
+        try:
+            return Capture(self, inputs, outputs, variables, (caller.f_locals, caller.f_globals))
+        finally:
+            del caller
 
     # -- plumbing ----------------------------------------------------------------------
 
