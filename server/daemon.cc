@@ -4,6 +4,7 @@
 #include <sstream>
 
 #include "absl/strings/str_cat.h"
+#include "drivers/executor/executor_driver.h"
 #include "spdlog/spdlog.h"
 
 namespace replayd {
@@ -38,6 +39,32 @@ absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> ServerCredentials(const
     ssl.client_certificate_request = GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY;
   }
   return grpc::SslServerCredentials(ssl);
+}
+
+// `device` wrapped in an executor device when `options` isolate its kind.
+absl::StatusOr<std::unique_ptr<Device>> Isolated(std::unique_ptr<Device> device, const DaemonOptions& options) {
+  if (options.isolation == "none") return device;
+  if (options.isolation != "executor")
+    return absl::InvalidArgumentError(
+        absl::StrCat("isolation \"", options.isolation, "\" is not known (known: none, executor)"));
+  if (device->info().kind != DeviceKind::kCpu) {
+    spdlog::warn("{}: runs in the daemon's process: executors host cpu devices only in this release",
+                 device->info().id);
+    return device;
+  }
+  executor::ExecutorOptions executor;
+  executor.binary = options.executor_binary;
+  if (executor.binary.empty()) {
+    std::error_code ec;
+    const std::filesystem::path self = std::filesystem::read_symlink("/proc/self/exe", ec);
+    if (ec) return absl::InternalError(absl::StrCat("cannot find this program's directory: ", ec.message()));
+    executor.binary = self.parent_path() / "replayd-executor";
+  }
+  executor.device_args = {"--device=cpu", absl::StrCat("--memory_limit=", device->info().total_memory),
+                          absl::StrCat("--threads=", options.cpu.threads)};
+  executor.command_timeout = options.executor_timeout;
+  spdlog::info("{}: each tenant's work runs in an executor ({})", device->info().id, executor.binary.string());
+  return std::unique_ptr<Device>(std::make_unique<executor::ExecutorDevice>(std::move(device), executor));
 }
 
 }  // namespace
@@ -75,7 +102,9 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(DaemonOptions options) {
     for (auto& d : *found) {
       spdlog::info("device {}: {} ({} bytes, {})", d->info().id, d->info().name, d->info().total_memory,
                    d->info().driver_version);
-      devices.push_back(std::move(d));
+      absl::StatusOr<std::unique_ptr<Device>> served = Isolated(std::move(d), options);
+      if (!served.ok()) return served.status();
+      devices.push_back(std::move(*served));
     }
   }
   std::unique_ptr<Daemon> daemon(new Daemon());

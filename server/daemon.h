@@ -49,6 +49,12 @@ struct DaemonOptions {
 #ifdef REPLAYD_WITH_HIP
   HipDriverOptions hip;
 #endif
+  // "executor": each tenant's work on cpu devices runs in a replayd-executor process of
+  // its own (drivers/executor), so a kernel that crashes ends only that process; "none":
+  // in the daemon's process.
+  std::string isolation = "none";
+  std::filesystem::path executor_binary;  // empty: replayd-executor beside this program
+  absl::Duration executor_timeout = absl::Seconds(60);  // longest one executor command
   SessionStreamOptions streams;        // Session streams: window and polling threads
   std::filesystem::path tenants_file;  // empty: one tenant, default, without authentication
   // TLS: a PEM certificate chain and key; with a client CA, clients must present a

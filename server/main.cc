@@ -67,6 +67,12 @@ ABSL_FLAG(absl::Duration, batch_max_wait, absl::Milliseconds(20),
 ABSL_FLAG(bool, cpu_batch_idle, true,
           "on CPU devices, batch turns run their thread at SCHED_IDLE while interactive work is about, so "
           "interactive requests get the CPU at once (needs CAP_SYS_NICE; off with a warning without it)");
+ABSL_FLAG(std::string, isolation, "none",
+          "executor: run each tenant's work on cpu devices in a process of its own, so a faulting kernel ends "
+          "only that process; none: in the daemon's process");
+ABSL_FLAG(int, executor_timeout_seconds, 60,
+          "with --isolation=executor, the longest one launch, replay or transfer may run before its executor "
+          "is ended");
 ABSL_FLAG(int, shutdown_grace_seconds, 5, "time calls in flight get to finish at shutdown");
 
 // How long past the grace a stop may take (closing sessions, joining threads) before the
@@ -119,6 +125,8 @@ int main(int argc, char** argv) {
   options.cpu.compiler.compiler = absl::GetFlag(FLAGS_cpu_cc);
   options.cpu.compiler.time_limit = absl::Seconds(absl::GetFlag(FLAGS_cpu_compile_timeout_seconds));
   options.cpu.threads = absl::GetFlag(FLAGS_cpu_threads);
+  options.isolation = absl::GetFlag(FLAGS_isolation);
+  options.executor_timeout = absl::Seconds(absl::GetFlag(FLAGS_executor_timeout_seconds));
 #ifdef REPLAYD_WITH_CUDA
   absl::StatusOr<replayd::CudaContextPolicy> cuda_context =
       replayd::ParseCudaContextPolicy(absl::GetFlag(FLAGS_cuda_context));

@@ -101,6 +101,11 @@ absl::StatusOr<uint64_t> Channel::AwaitRequest(Stop stop) {
   return MessageLength(header().request_bytes.load(std::memory_order_relaxed));
 }
 
+// Passes descriptor `fd` over the unix socket `socket` (SCM_RIGHTS); the receiver gets a
+// descriptor of its own for the same file.
+absl::Status SendFd(int socket, int fd);
+absl::StatusOr<int> ReceiveFd(int socket);
+
 }  // namespace replayd::executor
 
 #endif  // REPLAYD_DRIVERS_EXECUTOR_CHANNEL_H_

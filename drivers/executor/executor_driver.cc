@@ -2,6 +2,7 @@
 
 #include <signal.h>
 #include <spawn.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -40,15 +41,14 @@ void ToWire(const Allocation& a, Region& out) {
 
 class ExecutorKernel : public Kernel {
  public:
-  ExecutorKernel(std::shared_ptr<Executor> executor, uint64_t context, uint64_t id, Signature signature,
-                 std::string name)
-      : executor_(std::move(executor)), context_(context), id_(id), signature_(std::move(signature)),
+  ExecutorKernel(std::shared_ptr<Executor> executor, std::shared_ptr<Executor::Link> link, uint64_t id,
+                 Signature signature, std::string name)
+      : executor_(std::move(executor)), link_(std::move(link)), id_(id), signature_(std::move(signature)),
         name_(std::move(name)) {}
   ~ExecutorKernel() override {
     Request r;
-    r.set_context(context_);
     r.set_free_kernel(id_);
-    if (executor_->health().ok()) executor_->Call(r, "freeing a kernel").IgnoreError();
+    if (executor_->health().ok()) executor_->Call(*link_, r, "freeing a kernel").IgnoreError();
   }
   const Signature& signature() const override { return signature_; }
   uint64_t id() const { return id_; }
@@ -56,7 +56,7 @@ class ExecutorKernel : public Kernel {
 
  private:
   const std::shared_ptr<Executor> executor_;
-  const uint64_t context_;
+  const std::shared_ptr<Executor::Link> link_;
   const uint64_t id_;
   const Signature signature_;
   const std::string name_;  // "program <artifact> entry '<entry>'", for a death's cause
@@ -68,9 +68,9 @@ class ExecutorKernel : public Kernel {
 // again exactly what the engine last asked for.
 class ExecutorDeviceGraph : public DeviceGraph {
  public:
-  ExecutorDeviceGraph(std::shared_ptr<Executor> executor, uint64_t context, uint64_t id,
+  ExecutorDeviceGraph(std::shared_ptr<Executor> executor, std::shared_ptr<Executor::Link> link, uint64_t id,
                       std::span<const GraphNode> nodes)
-      : executor_(std::move(executor)), context_(context), id_(id), nodes_(nodes.begin(), nodes.end()),
+      : executor_(std::move(executor)), link_(std::move(link)), id_(id), nodes_(nodes.begin(), nodes.end()),
         pending_(nodes.size(), false) {
     for (const GraphNode& n : nodes_)
       if (!n.is_copy()) {
@@ -82,9 +82,8 @@ class ExecutorDeviceGraph : public DeviceGraph {
   }
   ~ExecutorDeviceGraph() override {
     Request r;
-    r.set_context(context_);
     r.set_free_graph(id_);
-    if (executor_->health().ok()) executor_->Call(r, "freeing a device graph").IgnoreError();
+    if (executor_->health().ok()) executor_->Call(*link_, r, "freeing a device graph").IgnoreError();
   }
 
   absl::Status Update(size_t node, std::span<const ArgValue> args, const Dim3& global, const Dim3& local) override {
@@ -104,7 +103,6 @@ class ExecutorDeviceGraph : public DeviceGraph {
 
   absl::StatusOr<std::optional<absl::Duration>> Launch(bool wait) override {
     Request r;
-    r.set_context(context_);
     GraphLaunch* launch = r.mutable_graph_launch();
     launch->set_graph(id_);
     launch->set_wait(wait);
@@ -120,7 +118,7 @@ class ExecutorDeviceGraph : public DeviceGraph {
     } else {
       for (size_t node : pending_nodes_) add(node);
     }
-    absl::StatusOr<Reply> reply = executor_->Call(r, what_);
+    absl::StatusOr<Reply> reply = executor_->Call(*link_, r, what_);
     if (!reply.ok()) {
       resync_ = true;
       return reply.status();
@@ -133,7 +131,7 @@ class ExecutorDeviceGraph : public DeviceGraph {
 
  private:
   const std::shared_ptr<Executor> executor_;
-  const uint64_t context_;
+  const std::shared_ptr<Executor::Link> link_;
   const uint64_t id_;
   std::vector<GraphNode> nodes_;  // as the engine last set them
   std::vector<bool> pending_;     // updated since the last launch that succeeded
@@ -144,18 +142,20 @@ class ExecutorDeviceGraph : public DeviceGraph {
 
 class ExecutorContext : public Context {
  public:
-  ExecutorContext(std::shared_ptr<Executor> executor, uint64_t id) : executor_(std::move(executor)), id_(id) {}
+  ExecutorContext(std::shared_ptr<Executor> executor, std::shared_ptr<Executor::Link> link)
+      : executor_(std::move(executor)), link_(std::move(link)) {}
+  // Ends the context's thread in the executor, which frees what the context still holds.
   ~ExecutorContext() override {
-    Request r = NewRequest();
+    Request r;
     r.set_close_context(true);
-    if (executor_->health().ok()) executor_->Call(r, "closing a context").IgnoreError();
+    if (executor_->health().ok()) executor_->Call(*link_, r, "closing a context").IgnoreError();
   }
 
   absl::StatusOr<Allocation> Allocate(uint64_t bytes) override {
     if (absl::Status s = executor_->Reserve(bytes); !s.ok()) return s;
-    Request r = NewRequest();
+    Request r;
     r.set_allocate(bytes);
-    absl::StatusOr<Reply> reply = executor_->Call(r, absl::StrCat("allocating ", bytes, " bytes"));
+    absl::StatusOr<Reply> reply = executor_->Call(*link_, r, absl::StrCat("allocating ", bytes, " bytes"));
     if (!reply.ok()) {
       executor_->Release(bytes);
       return reply.status();
@@ -164,21 +164,21 @@ class ExecutorContext : public Context {
   }
 
   void Free(const Allocation& allocation) override {
-    Request r = NewRequest();
+    Request r;
     ToWire(allocation, *r.mutable_free());
-    if (executor_->health().ok()) executor_->Call(r, "freeing an allocation").IgnoreError();
+    if (executor_->health().ok()) executor_->Call(*link_, r, "freeing an allocation").IgnoreError();
     executor_->Release(allocation.bytes);
   }
 
   absl::Status Write(const Allocation& dst, uint64_t offset, std::span<const uint8_t> bytes) override {
     for (uint64_t done = 0; done < bytes.size();) {
       const uint64_t n = std::min<uint64_t>(bytes.size() - done, Channel::kDataBytes);
-      Request r = NewRequest();
+      Request r;
       Transfer* t = r.mutable_write();
       ToWire(dst, *t->mutable_allocation());
       t->set_offset(offset + done);
       t->set_bytes(n);
-      absl::StatusOr<Reply> reply = executor_->Call(r, "writing a buffer", bytes.subspan(done, n));
+      absl::StatusOr<Reply> reply = executor_->Call(*link_, r, "writing a buffer", bytes.subspan(done, n));
       if (!reply.ok()) return reply.status();
       done += n;
     }
@@ -188,12 +188,12 @@ class ExecutorContext : public Context {
   absl::Status Read(const Allocation& src, uint64_t offset, std::span<uint8_t> bytes) override {
     for (uint64_t done = 0; done < bytes.size();) {
       const uint64_t n = std::min<uint64_t>(bytes.size() - done, Channel::kDataBytes);
-      Request r = NewRequest();
+      Request r;
       Transfer* t = r.mutable_read();
       ToWire(src, *t->mutable_allocation());
       t->set_offset(offset + done);
       t->set_bytes(n);
-      absl::StatusOr<Reply> reply = executor_->Call(r, "reading a buffer", {}, bytes.subspan(done, n));
+      absl::StatusOr<Reply> reply = executor_->Call(*link_, r, "reading a buffer", {}, bytes.subspan(done, n));
       if (!reply.ok()) return reply.status();
       done += n;
     }
@@ -202,50 +202,50 @@ class ExecutorContext : public Context {
 
   absl::Status Copy(const Allocation& dst, uint64_t dst_offset, const Allocation& src, uint64_t src_offset,
                     uint64_t bytes) override {
-    Request r = NewRequest();
+    Request r;
     CopyCommand* c = r.mutable_copy();
     ToWire(dst, *c->mutable_dst());
     c->set_dst_offset(dst_offset);
     ToWire(src, *c->mutable_src());
     c->set_src_offset(src_offset);
     c->set_bytes(bytes);
-    return executor_->Call(r, "copying between buffers").status();
+    return executor_->Call(*link_, r, "copying between buffers").status();
   }
 
   absl::StatusOr<std::unique_ptr<Kernel>> Load(const ProgramSource& source,
                                                const std::filesystem::path& artifact) override {
-    Request r = NewRequest();
+    Request r;
     ToWire(source, artifact.string(), *r.mutable_load());
     const std::string name = absl::StrCat("program ", artifact.stem().string(), " entry '", source.entry, "'");
-    absl::StatusOr<Reply> reply = executor_->Call(r, absl::StrCat("loading ", name));
+    absl::StatusOr<Reply> reply = executor_->Call(*link_, r, absl::StrCat("loading ", name));
     if (!reply.ok()) return reply.status();
-    return std::make_unique<ExecutorKernel>(executor_, id_, reply->value(), source.signature, name);
+    return std::make_unique<ExecutorKernel>(executor_, link_, reply->value(), source.signature, name);
   }
 
   absl::StatusOr<std::optional<absl::Duration>> Launch(const Kernel& kernel, std::span<const ArgValue> args,
                                                        const Dim3& global, const Dim3& local, bool wait) override {
     const auto& k = static_cast<const ExecutorKernel&>(kernel);
-    Request r = NewRequest();
+    Request r;
     LaunchCommand* l = r.mutable_launch();
     l->set_kernel(k.id());
     ArgsToWire(args, *l->mutable_args());
     ToWire(global, *l->mutable_global());
     ToWire(local, *l->mutable_local());
     l->set_wait(wait);
-    absl::StatusOr<Reply> reply = executor_->Call(r, absl::StrCat("running ", k.name()));
+    absl::StatusOr<Reply> reply = executor_->Call(*link_, r, absl::StrCat("running ", k.name()));
     if (!reply.ok()) return reply.status();
     return TimeOf(*reply);
   }
 
   absl::Status Synchronize() override {
-    Request r = NewRequest();
+    Request r;
     r.set_synchronize(true);
-    return executor_->Call(r, "synchronizing").status();
+    return executor_->Call(*link_, r, "synchronizing").status();
   }
 
   absl::StatusOr<std::unique_ptr<DeviceGraph>> Instantiate(std::span<const GraphNode> nodes,
                                                            std::span<const std::pair<size_t, size_t>> edges) override {
-    Request r = NewRequest();
+    Request r;
     executor::Instantiate* in = r.mutable_instantiate();
     for (const GraphNode& n : nodes) {
       Node* w = in->add_nodes();
@@ -259,22 +259,16 @@ class ExecutorContext : public Context {
       in->add_edge_from(from);
       in->add_edge_to(to);
     }
-    absl::StatusOr<Reply> reply = executor_->Call(r, "building a device graph");
+    absl::StatusOr<Reply> reply = executor_->Call(*link_, r, "building a device graph");
     if (!reply.ok()) return reply.status();
-    return std::make_unique<ExecutorDeviceGraph>(executor_, id_, reply->value(), nodes);
+    return std::make_unique<ExecutorDeviceGraph>(executor_, link_, reply->value(), nodes);
   }
 
   uint64_t address_space() const override { return executor_->address_space(); }
 
  private:
-  Request NewRequest() const {
-    Request r;
-    r.set_context(id_);
-    return r;
-  }
-
   const std::shared_ptr<Executor> executor_;
-  const uint64_t id_;
+  const std::shared_ptr<Executor::Link> link_;
 };
 
 }  // namespace
@@ -284,19 +278,24 @@ absl::StatusOr<std::shared_ptr<Executor>> Executor::Start(const ExecutorOptions&
   if (access(options.binary.c_str(), X_OK) != 0)
     return absl::InternalError(absl::StrCat("executor program ", options.binary.string(), " cannot be run: ",
                                             std::strerror(errno)));
-  absl::StatusOr<Channel> channel = Channel::Create();
-  if (!channel.ok()) return channel.status();
-  std::vector<std::string> args = {options.binary.string(), "--fd=3"};
+  absl::StatusOr<Channel> control = Channel::Create();
+  if (!control.ok()) return control.status();
+  int sockets[2];
+  if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sockets) != 0)
+    return absl::InternalError(absl::StrCat("executor socket: ", std::strerror(errno)));
+  std::vector<std::string> args = {options.binary.string(), "--fd=3", "--socket=4"};
   args.insert(args.end(), options.device_args.begin(), options.device_args.end());
   std::vector<char*> argv;
   for (std::string& a : args) argv.push_back(a.data());
   argv.push_back(nullptr);
   char* envp[] = {nullptr};
 
+  // The child gets the control channel as 3 and its socket end as 4, and nothing else.
   posix_spawn_file_actions_t actions;
   posix_spawn_file_actions_init(&actions);
-  posix_spawn_file_actions_adddup2(&actions, channel->fd(), 3);
-  posix_spawn_file_actions_addclosefrom_np(&actions, 4);
+  posix_spawn_file_actions_adddup2(&actions, control->fd(), 3);
+  posix_spawn_file_actions_adddup2(&actions, sockets[1], 4);
+  posix_spawn_file_actions_addclosefrom_np(&actions, 5);
   posix_spawnattr_t attr;
   posix_spawnattr_init(&attr);
   posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETPGROUP | POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF);
@@ -310,16 +309,20 @@ absl::StatusOr<std::shared_ptr<Executor>> Executor::Start(const ExecutorOptions&
   const int err = posix_spawn(&pid, argv[0], &actions, &attr, argv.data(), envp);
   posix_spawn_file_actions_destroy(&actions);
   posix_spawnattr_destroy(&attr);
-  if (err != 0)
+  close(sockets[1]);
+  if (err != 0) {
+    close(sockets[0]);
     return absl::InternalError(absl::StrCat("cannot start executor ", options.binary.string(), ": ", std::strerror(err)));
+  }
   return std::shared_ptr<Executor>(
-      new Executor(options, std::move(tenant), std::move(device), memory, *std::move(channel), pid));
+      new Executor(options, std::move(tenant), std::move(device), memory, *std::move(control), sockets[0], pid));
 }
 
 Executor::Executor(const ExecutorOptions& options, std::string tenant, std::string device, DeviceMemory& memory,
-                   Channel channel, pid_t pid)
+                   Channel control, int socket, pid_t pid)
     : command_timeout_(options.command_timeout), tenant_(std::move(tenant)), device_(std::move(device)),
-      memory_(memory), pid_(pid), address_space_(next_address_space++), channel_(std::move(channel)) {}
+      memory_(memory), socket_(socket), pid_(pid), address_space_(next_address_space++),
+      control_(std::make_shared<Link>(std::move(control))) {}
 
 Executor::~Executor() {
   absl::MutexLock lock(&mu_);
@@ -329,6 +332,7 @@ Executor::~Executor() {
     running_ = false;
   }
   memory_.Release(reserved_);
+  close(socket_);
 }
 
 absl::Status Executor::health() const {
@@ -352,26 +356,29 @@ void Executor::Release(uint64_t bytes) {
 }
 
 void Executor::RecordDeath(const std::string& cause) {
+  if (!death_.ok()) return;  // the first cause stands
   death_ = absl::FailedPreconditionError(absl::StrCat("executor of tenant ", tenant_, " on ", device_, " ", cause));
   memory_.Release(reserved_);
   reserved_ = 0;
 }
 
-bool Executor::Reaped() {
+bool Executor::Reaped(absl::string_view doing) {
+  absl::MutexLock lock(&mu_);
   if (!running_) return true;
   int status = 0;
   if (waitpid(pid_, &status, WNOHANG) != pid_) return false;
   running_ = false;
-  const std::string doing = doing_.empty() ? "" : absl::StrCat(" while ", doing_);
+  const std::string while_doing = doing.empty() ? "" : absl::StrCat(" while ", doing);
   if (WIFSIGNALED(status)) {
-    RecordDeath(absl::StrCat("died: ", SignalName(WTERMSIG(status)), doing));
+    RecordDeath(absl::StrCat("died: ", SignalName(WTERMSIG(status)), while_doing));
   } else {
-    RecordDeath(absl::StrCat("exited with status ", WEXITSTATUS(status), doing));
+    RecordDeath(absl::StrCat("exited with status ", WEXITSTATUS(status), while_doing));
   }
   return true;
 }
 
 void Executor::End(const std::string& cause) {
+  absl::MutexLock lock(&mu_);
   if (running_) {
     kill(pid_, SIGKILL);
     waitpid(pid_, nullptr, 0);
@@ -380,42 +387,56 @@ void Executor::End(const std::string& cause) {
   RecordDeath(cause);
 }
 
-absl::StatusOr<Reply> Executor::Call(const Request& request, absl::string_view what, std::span<const uint8_t> in,
-                                     std::span<uint8_t> out) {
-  absl::MutexLock lock(&mu_);
-  if (!death_.ok()) return death_;
+absl::StatusOr<std::shared_ptr<Executor::Link>> Executor::OpenContext() {
+  absl::StatusOr<Channel> channel = Channel::Create();
+  if (!channel.ok()) return channel.status();
+  const int fd = channel->fd();
+  auto link = std::make_shared<Link>(*std::move(channel));
+  // The descriptor goes first, then the command that takes it: one pair at a time.
+  absl::MutexLock pair(&open_mu_);
+  if (absl::Status sent = SendFd(socket_, fd); !sent.ok()) {
+    End(absl::StrCat("failed: ", sent.message()));
+    return health();
+  }
+  Request r;
+  r.set_open_context(true);
+  absl::StatusOr<Reply> reply = Call(*control_, r, "opening a context");
+  if (!reply.ok()) return reply.status();
+  return link;
+}
+
+absl::StatusOr<Reply> Executor::Call(Link& link, const Request& request, absl::string_view what,
+                                     std::span<const uint8_t> in, std::span<uint8_t> out) {
+  if (absl::Status s = health(); !s.ok()) return s;
+  absl::MutexLock lock(&link.mu);
+  Channel& channel = link.channel;
   const size_t size = request.ByteSizeLong();
-  std::span<uint8_t> message = channel_.request();
+  std::span<uint8_t> message = channel.request();
   if (size > message.size())
     return absl::ResourceExhaustedError(absl::StrCat("a command of ", size, " bytes exceeds the executor channel's ",
                                                      message.size()));
-  if (in.size() > channel_.data().size() || out.size() > channel_.data().size())
+  if (in.size() > channel.data().size() || out.size() > channel.data().size())
     return absl::InternalError("a transfer larger than the executor channel's data area");
   request.SerializeToArray(message.data(), static_cast<int>(message.size()));
-  if (!in.empty()) std::memcpy(channel_.data().data(), in.data(), in.size());
-  doing_ = std::string(what);
-  channel_.PostRequest(size);
-  absl::StatusOr<uint64_t> bytes = channel_.AwaitReply(absl::Now() + command_timeout_, [&] {
-    mu_.AssertHeld();
-    return Reaped();
-  });
+  if (!in.empty()) std::memcpy(channel.data().data(), in.data(), in.size());
+  channel.PostRequest(size);
+  absl::StatusOr<uint64_t> bytes =
+      channel.AwaitReply(absl::Now() + command_timeout_, [&] { return Reaped(what) || !health().ok(); });
   if (!bytes.ok()) {
     if (bytes.status().code() == absl::StatusCode::kDeadlineExceeded) {
-      End(absl::StrCat("was ended: ", doing_, " ran past the time limit of ", absl::FormatDuration(command_timeout_)));
-    } else if (death_.ok()) {
+      End(absl::StrCat("was ended: ", what, " ran past the time limit of ", absl::FormatDuration(command_timeout_)));
+    } else if (health().ok()) {
       End(absl::StrCat("failed: ", bytes.status().message()));
     }
-    doing_.clear();
-    return death_;
+    return health();
   }
-  doing_.clear();
-  if (!reply_.ParseFromArray(channel_.reply().data(), static_cast<int>(*bytes))) {
+  if (!link.reply.ParseFromArray(channel.reply().data(), static_cast<int>(*bytes))) {
     End("sent a reply that does not parse");
-    return death_;
+    return health();
   }
-  if (absl::Status s = StatusOf(reply_); !s.ok()) return s;
-  if (!out.empty()) std::memcpy(out.data(), channel_.data().data(), out.size());
-  return reply_;
+  if (absl::Status s = StatusOf(link.reply); !s.ok()) return s;
+  if (!out.empty()) std::memcpy(out.data(), channel.data().data(), out.size());
+  return link.reply;
 }
 
 ExecutorDevice::ExecutorDevice(std::unique_ptr<Device> inner, ExecutorOptions options)
@@ -438,11 +459,9 @@ absl::StatusOr<std::unique_ptr<Context>> ExecutorDevice::OpenContext(absl::strin
       executors_[std::string(tenant)] = executor;
     }
   }
-  Request r;
-  r.set_open_context(true);
-  absl::StatusOr<Reply> reply = executor->Call(r, "opening a context");
-  if (!reply.ok()) return reply.status();
-  return std::make_unique<ExecutorContext>(std::move(executor), reply->value());
+  absl::StatusOr<std::shared_ptr<Executor::Link>> link = executor->OpenContext();
+  if (!link.ok()) return link.status();
+  return std::make_unique<ExecutorContext>(std::move(executor), *std::move(link));
 }
 
 std::shared_ptr<Executor> ExecutorDevice::ExecutorOf(absl::string_view tenant) const {

@@ -11,7 +11,8 @@
 // program 1f2e... entry 'step'"); its memory is given back to the device at once, and the
 // tenant's next OpenContext starts a fresh executor. Other tenants notice nothing.
 //
-// Thread safety: thread-safe; the commands of one executor run one at a time.
+// Thread safety: thread-safe. Each context has a channel of its own, so the sessions of one
+// tenant run side by side in its executor; the commands of one context run in order.
 #ifndef REPLAYD_DRIVERS_EXECUTOR_EXECUTOR_DRIVER_H_
 #define REPLAYD_DRIVERS_EXECUTOR_EXECUTOR_DRIVER_H_
 
@@ -39,9 +40,18 @@ struct ExecutorOptions {
   absl::Duration command_timeout = absl::Seconds(60);
 };
 
-// One executor process and its channel.
+// One executor process: its control channel, on which contexts are opened, and the
+// socket that passes each context's own channel to it.
 class Executor {
  public:
+  // A context's channel: its commands, one at a time.
+  struct Link {
+    absl::Mutex mu;
+    Channel channel ABSL_GUARDED_BY(mu);
+    Reply reply ABSL_GUARDED_BY(mu);
+    explicit Link(Channel c) : channel(std::move(c)) {}
+  };
+
   // Starts an executor for `tenant` on device `device`. INTERNAL when it cannot be
   // started (the binary missing, no memory for the channel).
   static absl::StatusOr<std::shared_ptr<Executor>> Start(const ExecutorOptions& options, std::string tenant,
@@ -51,11 +61,15 @@ class Executor {
   Executor(const Executor&) = delete;
   Executor& operator=(const Executor&) = delete;
 
-  // Sends `request` with `in` in the data area, waits for its reply and copies `out` from
-  // the data area. `what` says what the command does, for the cause of a death.
-  // FAILED_PRECONDITION once the executor has ended; the reply's own status otherwise.
-  absl::StatusOr<Reply> Call(const Request& request, absl::string_view what, std::span<const uint8_t> in = {},
-                             std::span<uint8_t> out = {});
+  // A new context in the executor, on a channel of its own.
+  absl::StatusOr<std::shared_ptr<Link>> OpenContext();
+
+  // Sends `request` on `link` with `in` in the data area, waits for its reply and copies
+  // `out` from the data area. `what` says what the command does, for the cause of a
+  // death. FAILED_PRECONDITION once the executor has ended; the reply's own status
+  // otherwise.
+  absl::StatusOr<Reply> Call(Link& link, const Request& request, absl::string_view what,
+                             std::span<const uint8_t> in = {}, std::span<uint8_t> out = {});
 
   // Device memory held by this executor's allocations, reserved in the device's account
   // and given back when they are freed or when the executor ends.
@@ -70,26 +84,26 @@ class Executor {
 
  private:
   Executor(const ExecutorOptions& options, std::string tenant, std::string device, DeviceMemory& memory,
-           Channel channel, pid_t pid);
-  // Reaps the process if it has ended, recording why; true when it has.
-  bool Reaped() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+           Channel control, int socket, pid_t pid);
+  // Reaps the process if it has ended, recording why (with `doing`); true when it has.
+  bool Reaped(absl::string_view doing);
   // Ends the process (SIGKILL) and records `cause`.
-  void End(const std::string& cause) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void End(const std::string& cause);
   void RecordDeath(const std::string& cause) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const absl::Duration command_timeout_;
   const std::string tenant_;
   const std::string device_;
   DeviceMemory& memory_;
+  const int socket_;
   const pid_t pid_;
   const uint64_t address_space_;
+  const std::shared_ptr<Link> control_;
+  absl::Mutex open_mu_;  // held from passing a channel to the command that takes it
   mutable absl::Mutex mu_;
-  Channel channel_ ABSL_GUARDED_BY(mu_);
-  bool running_ ABSL_GUARDED_BY(mu_) = true;   // not yet reaped
-  std::string doing_ ABSL_GUARDED_BY(mu_);     // the command in flight
-  absl::Status death_ ABSL_GUARDED_BY(mu_);    // OK while it runs
+  bool running_ ABSL_GUARDED_BY(mu_) = true;  // not yet reaped
+  absl::Status death_ ABSL_GUARDED_BY(mu_);   // OK while it runs
   uint64_t reserved_ ABSL_GUARDED_BY(mu_) = 0;
-  Reply reply_ ABSL_GUARDED_BY(mu_);
 };
 
 class ExecutorDevice : public Device {

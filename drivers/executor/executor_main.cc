@@ -1,10 +1,11 @@
 // replayd-executor: hosts one real device for one tenant, serving the daemon's commands on
-// the shared-memory channel it inherits as descriptor 3. Started only by the daemon
+// the shared-memory control channel it inherits as descriptor 3; each context's channel
+// comes over the unix socket it inherits as descriptor 4. Started only by the daemon
 // (drivers/executor/executor_driver.cc), with an empty environment, no other descriptors
 // and a process group of its own. Before it serves, it forbids itself new privileges and
 // core files, and it ends when the daemon does.
 //
-//   replayd-executor --fd=3 --device=cpu [--memory_limit=BYTES] [--threads=N]
+//   replayd-executor --fd=3 --socket=4 --device=cpu [--memory_limit=BYTES] [--threads=N]
 #include <sys/prctl.h>
 #include <sys/resource.h>
 #include <unistd.h>
@@ -30,7 +31,7 @@ int Fail(const std::string& message) {
 
 int main(int argc, char** argv) {
   const pid_t parent = getppid();
-  int fd = -1;
+  int fd = -1, socket = -1;
   std::string device;
   replayd::CpuDriverOptions cpu;
   for (int i = 1; i < argc; ++i) {
@@ -41,6 +42,8 @@ int main(int argc, char** argv) {
     bool ok = true;
     if (const char* v = value("--fd=")) {
       ok = absl::SimpleAtoi(v, &fd);
+    } else if (const char* v = value("--socket=")) {
+      ok = absl::SimpleAtoi(v, &socket);
     } else if (const char* v = value("--device=")) {
       device = v;
     } else if (const char* v = value("--memory_limit=")) {
@@ -52,7 +55,8 @@ int main(int argc, char** argv) {
     }
     if (!ok) return Fail("unknown or malformed argument " + arg);
   }
-  if (fd < 0 || device != "cpu") return Fail("usage: replayd-executor --fd=N --device=cpu [--memory_limit=B] [--threads=N]");
+  if (fd < 0 || socket < 0 || device != "cpu")
+    return Fail("usage: replayd-executor --fd=N --socket=N --device=cpu [--memory_limit=B] [--threads=N]");
 
   prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0);
   const struct rlimit no_core = {0, 0};
@@ -62,6 +66,6 @@ int main(int argc, char** argv) {
   if (!channel.ok()) return Fail(std::string(channel.status().message()));
   std::vector<std::unique_ptr<replayd::Device>> devices = replayd::CpuDriver(cpu).Discover();
   if (devices.empty()) return Fail("no device");
-  replayd::executor::ExecutorServer server(*channel, *devices.front());
+  replayd::executor::ExecutorServer server(*channel, socket, *devices.front());
   return server.Run(parent);
 }

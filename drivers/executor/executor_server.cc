@@ -2,51 +2,67 @@
 
 #include <unistd.h>
 
+#include <thread>
+
 #include "absl/strings/str_cat.h"
 #include "drivers/executor/wire.h"
 
 namespace replayd::executor {
 
 int ExecutorServer::Run(pid_t parent) {
-  Request request;
-  Reply reply;
-  for (;;) {
-    absl::StatusOr<uint64_t> bytes = channel_.AwaitRequest([&] { return getppid() != parent; });
-    if (!bytes.ok()) return bytes.status().code() == absl::StatusCode::kUnavailable ? 0 : 1;
-    std::span<uint8_t> in = channel_.request();
-    if (!request.ParseFromArray(in.data(), static_cast<int>(*bytes))) {
-      reply.Clear();
-      reply.set_code(static_cast<int>(absl::StatusCode::kInvalidArgument));
-      reply.set_message("executor: a request that does not parse");
-    } else {
-      reply = Handle(request, channel_.data());
-    }
-    std::span<uint8_t> out = channel_.reply();
-    const size_t size = reply.ByteSizeLong();
-    if (size > out.size() || !reply.SerializeToArray(out.data(), static_cast<int>(out.size()))) return 1;
-    channel_.PostReply(size);
-  }
+  auto gone = [parent] { return getppid() != parent; };
+  const bool ok = Serve(
+      control_,
+      [&](const Request& request, bool&) {
+        Reply reply;
+        absl::Status s = request.has_open_context() ? OpenContext(parent)
+                                                    : absl::InvalidArgumentError("executor: not a control command");
+        reply.set_code(static_cast<int>(s.code()));
+        reply.set_message(std::string(s.message()));
+        return reply;
+      },
+      gone);
+  return ok ? 0 : 1;
 }
 
-Reply ExecutorServer::Handle(const Request& request, std::span<uint8_t> data) {
+absl::Status ExecutorServer::OpenContext(pid_t parent) {
+  absl::StatusOr<int> fd = ReceiveFd(socket_);
+  if (!fd.ok()) return fd.status();
+  absl::StatusOr<Channel> channel = Channel::Attach(*fd);
+  if (!channel.ok()) return channel.status();
+  absl::StatusOr<std::unique_ptr<Context>> context = device_.OpenContext("");
+  if (!context.ok()) return context.status();
+  std::thread([channel = std::make_shared<Channel>(*std::move(channel)),
+               server = std::make_shared<ContextServer>(std::move(*context)), parent] {
+    Serve(
+        *channel, [&](const Request& request, bool& done) { return server->Handle(request, channel->data(), done); },
+        [parent] { return getppid() != parent; });
+  }).detach();
+  return absl::OkStatus();
+}
+
+ContextServer::~ContextServer() {
+  graphs_.clear();
+  kernels_.clear();
+  for (const auto& [address, allocation] : allocations_) context_->Free(allocation);
+}
+
+Reply ContextServer::Handle(const Request& request, std::span<uint8_t> data, bool& done) {
   Reply reply;
-  absl::Status s = Run(request, data, reply);
+  absl::Status s = absl::OkStatus();
+  if (request.has_close_context()) {
+    done = true;
+  } else {
+    s = Run(request, data, reply);
+  }
   reply.set_code(static_cast<int>(s.code()));
   if (!s.ok()) reply.set_message(std::string(s.message()));
-  reply.set_memory_in_use(device_.memory_in_use());
   return reply;
 }
 
-absl::StatusOr<ExecutorServer::ContextState*> ExecutorServer::FindContext(uint64_t id) {
-  auto it = contexts_.find(id);
-  if (it == contexts_.end()) return absl::NotFoundError(absl::StrCat("executor: no context ", id));
-  return &it->second;
-}
-
-absl::StatusOr<Allocation> ExecutorServer::FindAllocation(ContextState& c, const Region& region, uint64_t offset,
-                                                          uint64_t bytes) {
-  auto it = c.allocations.find(region.address());
-  if (it == c.allocations.end() || it->second.bytes != region.bytes())
+absl::StatusOr<Allocation> ContextServer::FindAllocation(const Region& region, uint64_t offset, uint64_t bytes) const {
+  auto it = allocations_.find(region.address());
+  if (it == allocations_.end() || it->second.bytes != region.bytes())
     return absl::NotFoundError(absl::StrCat("executor: no allocation at 0x", absl::Hex(region.address())));
   if (offset > it->second.bytes || bytes > it->second.bytes - offset)
     return absl::OutOfRangeError(absl::StrCat("executor: ", bytes, " bytes at offset ", offset,
@@ -54,50 +70,37 @@ absl::StatusOr<Allocation> ExecutorServer::FindAllocation(ContextState& c, const
   return it->second;
 }
 
-absl::StatusOr<const Kernel*> ExecutorServer::FindKernel(uint64_t context, uint64_t id) const {
-  auto it = kernels_.find(id);
-  if (it == kernels_.end() || it->second.context != context)
-    return absl::NotFoundError(absl::StrCat("executor: no kernel ", id, " in context ", context));
-  return it->second.kernel.get();
-}
-
-void ExecutorServer::CloseContext(uint64_t id) {
-  std::erase_if(graphs_, [&](const auto& g) { return g.second.context == id; });
-  std::erase_if(kernels_, [&](const auto& k) { return k.second.context == id; });
-  auto it = contexts_.find(id);
-  if (it == contexts_.end()) return;
-  for (const auto& [address, allocation] : it->second.allocations) it->second.context->Free(allocation);
-  contexts_.erase(it);
-}
-
-absl::Status ExecutorServer::Run(const Request& request, std::span<uint8_t> data, Reply& reply) {
-  if (request.command_case() == Request::kOpenContext) {
-    absl::StatusOr<std::unique_ptr<Context>> context = device_.OpenContext("");
-    if (!context.ok()) return context.status();
-    const uint64_t id = next_id_++;
-    contexts_[id].context = std::move(*context);
-    reply.set_value(id);
-    return absl::OkStatus();
+absl::Status ContextServer::CheckInside(uint64_t address, uint64_t bytes) const {
+  auto it = allocations_.upper_bound(address);
+  if (it != allocations_.begin()) {
+    --it;
+    const Allocation& a = it->second;
+    if (address - a.address <= a.bytes && bytes <= a.bytes - (address - a.address)) return absl::OkStatus();
   }
-  absl::StatusOr<ContextState*> found = FindContext(request.context());
-  if (!found.ok()) return found.status();
-  ContextState& c = **found;
+  return absl::OutOfRangeError(
+      absl::StrCat("executor: [0x", absl::Hex(address), ", +", bytes, ") is not inside an allocation"));
+}
+
+absl::StatusOr<const Kernel*> ContextServer::FindKernel(uint64_t id) const {
+  auto it = kernels_.find(id);
+  if (it == kernels_.end()) return absl::NotFoundError(absl::StrCat("executor: no kernel ", id));
+  return it->second.get();
+}
+
+absl::Status ContextServer::Run(const Request& request, std::span<uint8_t> data, Reply& reply) {
   switch (request.command_case()) {
-    case Request::kCloseContext:
-      CloseContext(request.context());
-      return absl::OkStatus();
     case Request::kAllocate: {
-      absl::StatusOr<Allocation> a = c.context->Allocate(request.allocate());
+      absl::StatusOr<Allocation> a = context_->Allocate(request.allocate());
       if (!a.ok()) return a.status();
-      c.allocations[a->address] = *a;
+      allocations_[a->address] = *a;
       reply.set_value(a->address);
       return absl::OkStatus();
     }
     case Request::kFree: {
-      absl::StatusOr<Allocation> a = FindAllocation(c, request.free(), 0, 0);
+      absl::StatusOr<Allocation> a = FindAllocation(request.free(), 0, 0);
       if (!a.ok()) return a.status();
-      c.context->Free(*a);
-      c.allocations.erase(a->address);
+      context_->Free(*a);
+      allocations_.erase(a->address);
       return absl::OkStatus();
     }
     case Request::kWrite:
@@ -105,38 +108,35 @@ absl::Status ExecutorServer::Run(const Request& request, std::span<uint8_t> data
       const Transfer& t = request.has_write() ? request.write() : request.read();
       if (t.bytes() > data.size())
         return absl::InvalidArgumentError(absl::StrCat("executor: a transfer of ", t.bytes(), " bytes exceeds the data area"));
-      absl::StatusOr<Allocation> a = FindAllocation(c, t.allocation(), t.offset(), t.bytes());
+      absl::StatusOr<Allocation> a = FindAllocation(t.allocation(), t.offset(), t.bytes());
       if (!a.ok()) return a.status();
-      if (request.has_write()) return c.context->Write(*a, t.offset(), data.first(t.bytes()));
-      return c.context->Read(*a, t.offset(), data.first(t.bytes()));
+      if (request.has_write()) return context_->Write(*a, t.offset(), data.first(t.bytes()));
+      return context_->Read(*a, t.offset(), data.first(t.bytes()));
     }
     case Request::kCopy: {
+      // The engine names the views' ranges as allocations of their own, so each range
+      // need only lie inside one allocation of this context.
       const CopyCommand& cp = request.copy();
-      absl::StatusOr<Allocation> dst = FindAllocation(c, cp.dst(), cp.dst_offset(), cp.bytes());
-      if (!dst.ok()) return dst.status();
-      absl::StatusOr<Allocation> src = FindAllocation(c, cp.src(), cp.src_offset(), cp.bytes());
-      if (!src.ok()) return src.status();
-      return c.context->Copy(*dst, cp.dst_offset(), *src, cp.src_offset(), cp.bytes());
+      const uint64_t dst = cp.dst().address() + cp.dst_offset(), src = cp.src().address() + cp.src_offset();
+      if (absl::Status s = CheckInside(dst, cp.bytes()); !s.ok()) return s;
+      if (absl::Status s = CheckInside(src, cp.bytes()); !s.ok()) return s;
+      return context_->Copy({dst, cp.bytes()}, 0, {src, cp.bytes()}, 0, cp.bytes());
     }
     case Request::kLoad: {
-      const ProgramSource source = FromWire(request.load());
-      absl::StatusOr<std::unique_ptr<Kernel>> kernel = c.context->Load(source, request.load().artifact());
+      absl::StatusOr<std::unique_ptr<Kernel>> kernel = context_->Load(FromWire(request.load()), request.load().artifact());
       if (!kernel.ok()) return kernel.status();
       const uint64_t id = next_id_++;
-      kernels_[id] = {request.context(), std::move(*kernel)};
+      kernels_[id] = std::move(*kernel);
       reply.set_value(id);
       return absl::OkStatus();
     }
-    case Request::kFreeKernel: {
-      auto it = kernels_.find(request.free_kernel());
-      if (it == kernels_.end() || it->second.context != request.context())
+    case Request::kFreeKernel:
+      if (kernels_.erase(request.free_kernel()) == 0)
         return absl::NotFoundError(absl::StrCat("executor: no kernel ", request.free_kernel()));
-      kernels_.erase(it);
       return absl::OkStatus();
-    }
     case Request::kLaunch: {
       const LaunchCommand& l = request.launch();
-      absl::StatusOr<const Kernel*> kernel = FindKernel(request.context(), l.kernel());
+      absl::StatusOr<const Kernel*> kernel = FindKernel(l.kernel());
       if (!kernel.ok()) return kernel.status();
       if (static_cast<size_t>(l.args_size()) != (*kernel)->signature().params.size())
         return absl::InvalidArgumentError(absl::StrCat("executor: kernel ", l.kernel(), " takes ",
@@ -144,24 +144,23 @@ absl::Status ExecutorServer::Run(const Request& request, std::span<uint8_t> data
                                                        l.args_size()));
       const std::vector<ArgValue> args = ArgsFromWire(l.args());
       absl::StatusOr<std::optional<absl::Duration>> t =
-          c.context->Launch(**kernel, args, FromWire(l.global()), FromWire(l.local()), l.wait());
+          context_->Launch(**kernel, args, FromWire(l.global()), FromWire(l.local()), l.wait());
       if (!t.ok()) return t.status();
       SetTime(*t, reply);
       return absl::OkStatus();
     }
     case Request::kSynchronize:
-      return c.context->Synchronize();
+      return context_->Synchronize();
     case Request::kInstantiate:
     case Request::kGraphLaunch:
     case Request::kFreeGraph:
       return RunGraphCommand(request, reply);
     default:
-      return absl::InvalidArgumentError("executor: an unknown command");
+      return absl::InvalidArgumentError("executor: not a context command");
   }
 }
 
-absl::Status ExecutorServer::RunGraphCommand(const Request& request, Reply& reply) {
-  ContextState& c = contexts_.at(request.context());
+absl::Status ContextServer::RunGraphCommand(const Request& request, Reply& reply) {
   if (request.has_instantiate()) {
     const Instantiate& in = request.instantiate();
     std::vector<GraphNode> nodes(in.nodes_size());
@@ -169,7 +168,7 @@ absl::Status ExecutorServer::RunGraphCommand(const Request& request, Reply& repl
     for (size_t i = 0; i < nodes.size(); ++i) {
       const Node& n = in.nodes(static_cast<int>(i));
       if (n.kernel() != 0) {
-        absl::StatusOr<const Kernel*> kernel = FindKernel(request.context(), n.kernel());
+        absl::StatusOr<const Kernel*> kernel = FindKernel(n.kernel());
         if (!kernel.ok()) return kernel.status();
         if (static_cast<size_t>(n.args_size()) != (*kernel)->signature().params.size())
           return absl::InvalidArgumentError(absl::StrCat("executor: node ", i, " has ", n.args_size(), " arguments"));
@@ -190,17 +189,16 @@ absl::Status ExecutorServer::RunGraphCommand(const Request& request, Reply& repl
         return absl::InvalidArgumentError("executor: an edge names no node");
       edges.emplace_back(in.edge_from(i), in.edge_to(i));
     }
-    absl::StatusOr<std::unique_ptr<DeviceGraph>> graph = c.context->Instantiate(nodes, edges);
+    absl::StatusOr<std::unique_ptr<DeviceGraph>> graph = context_->Instantiate(nodes, edges);
     if (!graph.ok()) return graph.status();
     const uint64_t id = next_id_++;
-    graphs_[id] = {request.context(), std::move(*graph), std::move(arg_counts)};
+    graphs_[id] = {std::move(*graph), std::move(arg_counts)};
     reply.set_value(id);
     return absl::OkStatus();
   }
   const uint64_t id = request.has_free_graph() ? request.free_graph() : request.graph_launch().graph();
   auto it = graphs_.find(id);
-  if (it == graphs_.end() || it->second.context != request.context())
-    return absl::NotFoundError(absl::StrCat("executor: no graph ", id));
+  if (it == graphs_.end()) return absl::NotFoundError(absl::StrCat("executor: no graph ", id));
   if (request.has_free_graph()) {
     graphs_.erase(it);
     return absl::OkStatus();

@@ -1,10 +1,13 @@
-// The executor's side of its channel: runs the daemon's commands on one real device in
-// this process. Contexts, kernels and device graphs are kept by id, allocations by
-// address per context, and every command is checked against them (an unknown id, a range
-// outside an allocation, a kernel of another context, a wrong argument count) so that a
-// bad command is refused with a status, never run.
+// The executor's side: runs the daemon's commands on one real device in this process.
+// The control channel opens contexts; each context then has a channel of its own (its
+// memfd passed over the executor's socket) served by a thread of its own, so the
+// sessions of one tenant run side by side as they do in the daemon.
 //
-// Thread safety: single-threaded; Run owns the calling thread.
+// A context's allocations are kept by address, its kernels and device graphs by id, and
+// every command is checked against them (an unknown id, a range outside an allocation, a
+// wrong argument count) so that a bad command is refused with a status, never run.
+//
+// Thread safety: ExecutorServer::Run owns the calling thread; each ContextServer its own.
 #ifndef REPLAYD_DRIVERS_EXECUTOR_EXECUTOR_SERVER_H_
 #define REPLAYD_DRIVERS_EXECUTOR_EXECUTOR_SERVER_H_
 
@@ -13,6 +16,7 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <vector>
 
 #include "drivers/driver.h"
 #include "drivers/executor/channel.h"
@@ -20,46 +24,79 @@
 
 namespace replayd::executor {
 
-class ExecutorServer {
+// Serves `channel`'s requests with `handle` until `stop` (asked about once a second)
+// says the daemon is gone or `handle` asks to end; false when the channel fails.
+template <typename Handle, typename Stop>
+bool Serve(Channel& channel, Handle handle, Stop stop);
+
+// One context on its own channel.
+class ContextServer {
  public:
-  ExecutorServer(Channel& channel, Device& device) : channel_(channel), device_(device) {}
+  ContextServer(std::unique_ptr<Context> context) : context_(std::move(context)) {}
+  ~ContextServer();
 
-  // Serves commands until the process `parent` is no longer this process's parent (the
-  // daemon is gone), then returns 0; returns 1 if the channel fails.
-  int Run(pid_t parent);
-
-  // Runs one command; exposed for tests.
-  Reply Handle(const Request& request, std::span<uint8_t> data);
+  // Runs one command; `done` is set by close_context.
+  Reply Handle(const Request& request, std::span<uint8_t> data, bool& done);
 
  private:
-  struct ContextState {
-    std::unique_ptr<Context> context;
-    std::map<uint64_t, Allocation> allocations;  // by address
-  };
-  struct KernelState {
-    uint64_t context;
-    std::unique_ptr<Kernel> kernel;
-  };
   struct GraphState {
-    uint64_t context;
     std::unique_ptr<DeviceGraph> graph;
     std::vector<size_t> arg_counts;  // per node, as instantiated
   };
-
-  absl::StatusOr<ContextState*> FindContext(uint64_t id);
-  absl::StatusOr<Allocation> FindAllocation(ContextState& c, const Region& region, uint64_t offset, uint64_t bytes);
-  absl::StatusOr<const Kernel*> FindKernel(uint64_t context, uint64_t id) const;
   absl::Status Run(const Request& request, std::span<uint8_t> data, Reply& reply);
   absl::Status RunGraphCommand(const Request& request, Reply& reply);
-  void CloseContext(uint64_t id);
+  // The allocation made here at exactly `region`, with [offset, offset + bytes) inside it.
+  absl::StatusOr<Allocation> FindAllocation(const Region& region, uint64_t offset, uint64_t bytes) const;
+  // OK when [address, address + bytes) lies inside one allocation made here.
+  absl::Status CheckInside(uint64_t address, uint64_t bytes) const;
+  absl::StatusOr<const Kernel*> FindKernel(uint64_t id) const;
 
-  Channel& channel_;
-  Device& device_;
+  std::unique_ptr<Context> context_;
   uint64_t next_id_ = 1;
-  std::map<uint64_t, ContextState> contexts_;
-  std::map<uint64_t, KernelState> kernels_;
+  std::map<uint64_t, Allocation> allocations_;  // by address
+  std::map<uint64_t, std::unique_ptr<Kernel>> kernels_;
   std::map<uint64_t, GraphState> graphs_;
 };
+
+class ExecutorServer {
+ public:
+  // `socket` carries the memfd of each new context's channel.
+  ExecutorServer(Channel& control, int socket, Device& device)
+      : control_(control), socket_(socket), device_(device) {}
+
+  // Serves until the process `parent` is no longer this process's parent (the daemon is
+  // gone), then returns 0; returns 1 if the control channel fails.
+  int Run(pid_t parent);
+
+ private:
+  absl::Status OpenContext(pid_t parent);
+
+  Channel& control_;
+  const int socket_;
+  Device& device_;
+};
+
+template <typename Handle, typename Stop>
+bool Serve(Channel& channel, Handle handle, Stop stop) {
+  Request request;
+  for (;;) {
+    absl::StatusOr<uint64_t> bytes = channel.AwaitRequest(stop);
+    if (!bytes.ok()) return bytes.status().code() == absl::StatusCode::kUnavailable;
+    Reply reply;
+    bool done = false;
+    if (!request.ParseFromArray(channel.request().data(), static_cast<int>(*bytes))) {
+      reply.set_code(static_cast<int>(absl::StatusCode::kInvalidArgument));
+      reply.set_message("executor: a request that does not parse");
+    } else {
+      reply = handle(request, done);
+    }
+    std::span<uint8_t> out = channel.reply();
+    const size_t size = reply.ByteSizeLong();
+    if (size > out.size() || !reply.SerializeToArray(out.data(), static_cast<int>(out.size()))) return false;
+    channel.PostReply(size);
+    if (done) return true;
+  }
+}
 
 }  // namespace replayd::executor
 

@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 
+#include <cstdlib>
 #include <functional>
 #include <memory>
 
@@ -55,6 +56,12 @@ class DaemonFixture : public ::testing::Test {
     d.engine.graph_cache.max_bytes = options.graph_cache_bytes;
     d.streams.window = options.stream_window;
     d.tenants_file = options.tenants_file;
+    // The whole suite runs a second time with each tenant's work in executors (ctest's
+    // *_isolated entries set this).
+    if (const char* isolation = std::getenv("REPLAYD_TEST_ISOLATION")) {
+      d.isolation = isolation;
+      d.executor_binary = REPLAYD_EXECUTOR_BINARY;
+    }
     if (options.adjust) options.adjust(d);
     auto started = Daemon::Start(d);
     ASSERT_TRUE(started.ok()) << started.status();

@@ -8,7 +8,9 @@
 #include <gmock/gmock.h>
 #include <signal.h>
 
+#include <atomic>
 #include <cstring>
+#include <thread>
 
 #include "drivers/cpu/cpu_driver.h"
 #include "tests/support/status_macros.h"
@@ -145,6 +147,37 @@ TEST_F(ExecutorDriverTest, EachTenantHasItsOwnExecutorAndItsContextsShareIt) {
   EXPECT_NE(device_->ExecutorOf("a")->pid(), device_->ExecutorOf("b")->pid());
   EXPECT_EQ(a1->address_space(), a2->address_space());
   EXPECT_NE(a1->address_space(), b->address_space());
+}
+
+TEST_F(ExecutorDriverTest, ContextsOfOneTenantRunSideBySide) {
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<Context> busy, device_->OpenContext("a"));
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<Context> other, device_->OpenContext("a"));
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<Kernel> wait,
+                       Build(*device_, *busy,
+                             "long time(long *);\n"
+                             "void hold(float *x) { long end = time(0) + 2; while (time(0) < end) x[0] += 1; }",
+                             "hold", Sig({kInout})));
+  ASSERT_OK_AND_ASSIGN(Allocation x, busy->Allocate(4));
+  std::atomic<bool> ended{false};
+  std::thread launch([&] {
+    ArgValue args[1];
+    args[0].address = x.address;
+    EXPECT_TRUE(busy->Launch(*wait, args, {1, 1, 1}, {1, 1, 1}, true).ok());
+    ended = true;
+  });
+  absl::SleepFor(absl::Milliseconds(200));  // the long launch runs by then
+  // The other context's commands do not wait for it.
+  absl::StatusOr<Allocation> y = other->Allocate(64);
+  ASSERT_TRUE(y.ok()) << y.status();
+  std::vector<uint8_t> bytes(64, 7), back(64);
+  EXPECT_TRUE(other->Write(*y, 0, bytes).ok());
+  EXPECT_TRUE(other->Read(*y, 0, back).ok());
+  EXPECT_EQ(bytes, back);
+  EXPECT_FALSE(ended) << "the long launch ended first: the test proved nothing";
+  launch.join();
+  other->Free(*y);
+  wait.reset();
+  busy->Free(x);
 }
 
 // The cases of containment: each kernel ends its executor a different way.
