@@ -1,0 +1,139 @@
+// A daemon with --isolation=executor over loopback: a tenant's kernel that crashes or runs
+// past the time limit fails that tenant's operations with FAILED_PRECONDITION naming the
+// cause, and nothing else: the daemon serves on, another tenant's graphs replay right
+// before and after, the device's memory comes back, and the tenant's next session runs
+// in a fresh executor.
+#include <gmock/gmock.h>
+
+#include <fstream>
+
+#include "tests/integration/daemon_fixture.h"
+#include "tests/support/status_macros.h"
+#include "tests/support/tenants_file.h"
+
+namespace replayd::client {
+namespace {
+
+using ::testing::AllOf;
+using ::testing::HasSubstr;
+
+constexpr char kCrashSource[] = R"(
+void boom(float *x, int at) { if (at == 5) *(volatile int *)0 = 1; x[0] += 1; }
+)";
+constexpr char kEndlessSource[] = "void spin(float *x, int at) { for (;;) *(volatile float *)x += 1; }";
+
+class IsolationTest : public DaemonFixture {
+ protected:
+  void SetUp() override {
+    const std::filesystem::path file = cache_.path() / "tenants.textproto";
+    std::ofstream(file) << TenantText("research", "research-token", "  trusted: true\n")
+                        << TenantText("prod", "prod-token", "  trusted: true\n");
+    Options options;
+    options.tenants_file = file;
+    options.adjust = [](DaemonOptions& d) {
+      d.isolation = "executor";
+      d.executor_binary = REPLAYD_EXECUTOR_BINARY;
+      d.executor_timeout = absl::Seconds(3);
+    };
+    Start(options);
+    research_ = std::make_unique<Client>(As("research-token"));
+    prod_ = std::make_unique<Client>(As("prod-token"));
+  }
+  Client As(const std::string& token) {
+    ClientOptions o;
+    o.token = token;
+    return Client::Connect(daemon_->address(), o);
+  }
+  uint64_t FreeMemoryOf(Client& c) {
+    auto devices = c.ListDevices();
+    EXPECT_TRUE(devices.ok()) << devices.status();
+    return devices.ok() && !devices->empty() ? (*devices)[0].free_memory() : 0;
+  }
+
+  // prod's graph: x[i] = x[i] * 2 + k, captured once and replayed with k = 1, 2, 3; true
+  // when every replay read back what the host computes.
+  void ExpectProdReplaysRight(Session& s) {
+    ProgramSpec spec{"cpu-c", kAffineSource, "affine", *ParseSignature("out,in,int32,int32"), {}};
+    ASSERT_OK_AND_ASSIGN(Program p, s.Load(spec));
+    ASSERT_OK_AND_ASSIGN(Buffer in, s.Alloc(16 * 4));
+    ASSERT_OK_AND_ASSIGN(Buffer out, s.Alloc(16 * 4));
+    std::vector<float> x(16);
+    for (int i = 0; i < 16; ++i) x[i] = static_cast<float>(i);
+    ASSERT_TRUE(s.WriteVector(in, x).ok());
+    const Variable k{"k", 0, 100, 1};
+    ASSERT_TRUE(s.BeginCapture({&in}, {k}).ok());
+    LaunchSpec launch;
+    launch.args = {View{&out}, View{&in}, int64_t{16}, Expr{"k"}};
+    launch.variables = {{k, 0}};
+    ASSERT_TRUE(s.Launch(p, launch).ok());
+    ASSERT_OK_AND_ASSIGN(Graph g, s.EndCapture({&out}));
+    for (int64_t v = 1; v <= 3; ++v) {
+      ASSERT_OK_AND_ASSIGN(ReplayResult r, s.Replay(g, {&in, &out, v}, true, {View{&out}}));
+      ASSERT_EQ(r.reads.size(), 1u);
+      std::vector<float> got(16);
+      std::memcpy(got.data(), r.reads[0].data(), 64);
+      for (int i = 0; i < 16; ++i) EXPECT_EQ(got[i], x[i] * 2 + v) << i;
+    }
+  }
+
+  std::unique_ptr<Client> research_, prod_;
+};
+
+TEST_F(IsolationTest, AKernelThatCrashesFailsOnlyItsTenant) {
+  const uint64_t baseline = FreeMemoryOf(*prod_);
+  ASSERT_OK_AND_ASSIGN(Session prod, prod_->OpenSession("cpu:0"));
+  ExpectProdReplaysRight(prod);
+  ASSERT_OK_AND_ASSIGN(Session research, research_->OpenSession("cpu:0"));
+  ProgramSpec crash{"cpu-c", kCrashSource, "boom", *ParseSignature("inout,int32"), {}};
+  ASSERT_OK_AND_ASSIGN(Program boom, research.Load(crash));
+  ASSERT_OK_AND_ASSIGN(Buffer held, research.Alloc(4 << 20));
+  EXPECT_LT(FreeMemoryOf(*prod_), baseline);
+  // A capture of the kernel, replayed as a sequence that crashes at its fifth step.
+  const Variable at{"at", 0, 10, 1};
+  ASSERT_TRUE(research.BeginCapture({&held}, {at}).ok());
+  LaunchSpec launch;
+  launch.args = {View{&held}, Expr{"at"}};
+  launch.variables = {{at, 0}};
+  ASSERT_TRUE(research.Launch(boom, launch).ok());
+  ASSERT_OK_AND_ASSIGN(Graph g, research.EndCapture({}));
+  SequenceSpec seq;
+  seq.base = {&held, int64_t{1}};
+  seq.step_param = 1;
+  seq.count = 8;
+  absl::StatusOr<SequenceResult> r = research.ReplaySequence(g, seq);
+  ASSERT_EQ(r.status().code(), absl::StatusCode::kFailedPrecondition) << r.status();
+  EXPECT_THAT(std::string(r.status().message()),
+              AllOf(HasSubstr("executor of tenant research on cpu:0 died: SIGSEGV while replaying"),
+                    HasSubstr("entry 'boom'")));
+  // Every later operation of the session says so; its memory is back at once.
+  absl::StatusOr<Buffer> more = research.Alloc(64);
+  EXPECT_EQ(more.status().code(), absl::StatusCode::kFailedPrecondition) << more.status();
+  EXPECT_EQ(FreeMemoryOf(*prod_), baseline);
+
+  // The other tenant never noticed, and the daemon serves on.
+  ExpectProdReplaysRight(prod);
+  // The tenant's next session runs in a fresh executor.
+  ASSERT_OK_AND_ASSIGN(Session again, research_->OpenSession("cpu:0"));
+  ASSERT_OK_AND_ASSIGN(Program boom2, again.Load(crash));
+  ASSERT_OK_AND_ASSIGN(Buffer x, again.Alloc(4));
+  ASSERT_TRUE(again.Launch(boom2, {View{&x}, int64_t{1}}, {1, 1, 1}, {1, 1, 1}, true).ok());
+  ASSERT_OK_AND_ASSIGN(std::vector<float> got, again.ReadVector<float>(x, 1));
+  EXPECT_EQ(got[0], 1.0f);
+}
+
+TEST_F(IsolationTest, ALaunchPastTheTimeLimitEndsItsExecutor) {
+  ASSERT_OK_AND_ASSIGN(Session prod, prod_->OpenSession("cpu:0"));
+  ASSERT_OK_AND_ASSIGN(Session research, research_->OpenSession("cpu:0"));
+  ProgramSpec endless{"cpu-c", kEndlessSource, "spin", *ParseSignature("inout,int32"), {}};
+  ASSERT_OK_AND_ASSIGN(Program spin, research.Load(endless));
+  ASSERT_OK_AND_ASSIGN(Buffer x, research.Alloc(4));
+  absl::StatusOr<v1::LaunchReply> r = research.Launch(spin, {View{&x}, int64_t{0}}, {1, 1, 1}, {1, 1, 1}, true);
+  ASSERT_EQ(r.status().code(), absl::StatusCode::kFailedPrecondition) << r.status();
+  EXPECT_THAT(std::string(r.status().message()),
+              HasSubstr("executor of tenant research on cpu:0 was ended: running program"));
+  EXPECT_THAT(std::string(r.status().message()), HasSubstr("ran past the time limit of 3s"));
+  ExpectProdReplaysRight(prod);
+}
+
+}  // namespace
+}  // namespace replayd::client
