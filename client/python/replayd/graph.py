@@ -202,10 +202,10 @@ class Graph:
         views, single = self._reads(reads)
         total = sum(v.nbytes for v in views)
         if total > INLINE_READ_BYTES:
-            self._run_replay(self._vector(params), True, [])
+            self._run_replay(params, True, [])
             arrays = [v.numpy() for v in views]
         else:
-            reply = self._run_replay(self._vector(params), wait, views)
+            reply = self._run_replay(params, wait, views)
             arrays = [_decode(v, d) for v, d in zip(views, reply.replay.reads)]
         return self._shape_result(arrays, reads, single)
 
@@ -217,7 +217,7 @@ class Graph:
         """
         views, single = self._reads(reads)
         req = pb.SessionRequest()
-        self._fill(req.replay, self._vector(params), wait, views)
+        self._fill(req.replay, params, wait, views)
         op = Operation()
         stream = self.session._submit(req, op)
         return Future(stream, op, lambda reply: self._shape_result(
@@ -247,7 +247,7 @@ class Graph:
                                              f"(its variables: {[q.name for q in self.params if not q.is_buffer]})")
             base = dict(params)
             base[name] = r.start
-            seq.base.extend(self._vector(base))
+            self._vector(base, seq.base)
             seq.step_param = p.index
             seq.step = r.step
             seq.count = len(r)
@@ -261,7 +261,7 @@ class Graph:
                 one = dict(params)
                 for k, v in varying.items():
                     one[k] = v[i]
-                seq.vectors.add().params.extend(self._vector(one))
+                self._vector(one, seq.vectors.add().params)
         else:
             raise errors.InvalidArgument("sequence: give one parameter as a range (pos=range(1, 129)) or "
                                          "parameters as lists")
@@ -281,48 +281,51 @@ class Graph:
 
     # -- plumbing ----------------------------------------------------------------------
 
-    def _run_replay(self, vector: List[pb.ParamValue], wait: bool, views: Sequence[View]) -> pb.SessionReply:
+    def _run_replay(self, params: Mapping[str, Any], wait: bool, views: Sequence[View]) -> pb.SessionReply:
         req = pb.SessionRequest()
-        self._fill(req.replay, vector, wait, views)
+        self._fill(req.replay, params, wait, views)
         return self.session._run(req)
 
-    def _fill(self, r: pb.ReplayGraphRequest, vector: List[pb.ParamValue], wait: bool,
+    def _fill(self, r: pb.ReplayGraphRequest, params: Mapping[str, Any], wait: bool,
               views: Sequence[View]) -> None:
         r.graph = self.handle
-        r.params.extend(vector)
+        self._vector(params, r.params)
         r.wait = wait
-        if views:
-            r.reads.extend(v._proto() for v in views)
+        add = r.reads.add
+        for v in views:
+            if not v.nbytes:  # length 0 on the wire means "to the end of the buffer"
+                raise errors.InvalidArgument(f"reads: {v} is empty")
+            add(buffer=v.buffer.handle, offset=v.offset, length=v.nbytes)
 
-    def _vector(self, given: Mapping[str, Any]) -> List[pb.ParamValue]:
+    def _vector(self, given: Mapping[str, Any], out: Any) -> None:
+        """Appends the parameter vector for `given` (name -> value) to `out`, a repeated
+        ParamValue field."""
         left = len(given)
-        out = []
+        add = out.add
         for p in self.params:
-            is_buffer = p.variable is None
             v = given.get(p.name, p.default)
             if p.name in given:
                 left -= 1
-            if is_buffer:
-                if not isinstance(v, Buffer):
+            if p.variable is None:
+                if v.__class__ is not Buffer and not isinstance(v, Buffer):
                     raise errors.InvalidArgument(f"graph {self.handle}: parameter {p.name} takes a buffer, not "
                                                  f"{type(v).__name__}")
                 d = p.default
                 if d is not None and v is not d and v.dtype != d.dtype:
                     raise errors.InvalidArgument(f"graph {self.handle}: parameter {p.name} was captured as a "
                                                  f"{d.dtype} buffer; got {v!r}")
-                out.append(pb.ParamValue(buffer=v.handle))
+                add(buffer=v.handle)
             else:
                 if v is None:
                     raise errors.InvalidArgument(f"graph {self.handle}: variable {p.name} needs a value "
                                                  f"(range {p.variable})")
-                if not _is_int(v):
+                if v.__class__ is not int and not _is_int(v):
                     raise errors.InvalidArgument(f"graph {self.handle}: variable {p.name}={v!r} is not an integer")
-                out.append(pb.ParamValue(int_value=int(v)))
+                add(int_value=int(v))
         if left:
             unknown = sorted(set(given) - set(self._by_name))
             raise errors.InvalidArgument(f"graph {self.handle}: no parameter named {', '.join(unknown)} "
                                          f"(its parameters: {[p.name for p in self.params]})")
-        return out
 
     def _reads(self, reads: Reads) -> Tuple[List[View], bool]:
         if reads is None:

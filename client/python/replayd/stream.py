@@ -232,6 +232,7 @@ class SessionStream:
         self._pending: Deque[Operation] = collections.deque()
         self._next_seq = 1
         self._reading = False  # a thread holds the read turn
+        self._waiting = 0  # threads waiting on _turn
         self._ended = False  # the daemon's side is gone: nothing more to read
         self._closing = False  # close() has begun: nothing more is sent
         self._resume_next = False
@@ -313,7 +314,9 @@ class SessionStream:
     def _progress(self, until: Callable[[], bool]) -> None:
         while not until() and not self._ended:
             if self._reading:
+                self._waiting += 1
                 self._turn.wait()
+                self._waiting -= 1
                 continue
             self._reading = True
             self._lock.release()
@@ -322,7 +325,8 @@ class SessionStream:
             finally:
                 self._lock.acquire()
                 self._reading = False
-                self._turn.notify_all()
+                if self._waiting:
+                    self._turn.notify_all()
 
     # Requires the read turn, not the lock. Reads one event and dispatches its reply; at
     # the end of the stream fails everything outstanding with its status.
@@ -341,21 +345,21 @@ class SessionStream:
         if reply is None:
             return  # a send completed, or metadata: the caller's condition may hold now
         with self._lock:
-            op = self._pending[0] if self._pending and self._pending[0].seq == reply.seq else None
-            if not (len(self._pending) == 1 and reply.final) and not self.transport.receive_armed():
+            pending = self._pending
+            op = pending[0] if pending and pending[0].seq == reply.seq else None
+            if not (len(pending) == 1 and reply.final) and not self.transport.receive_armed():
                 self.transport.arm_receive()  # more replies are due
-        if op is None:
-            return  # a reply to nothing sent: ignore it
-        if not reply.final:
-            if op.partial is not None:
-                op.partial(reply)
-            return
-        if reply.code != 0:
-            op.error = errors.from_number(reply.code, reply.message)
-        else:
-            op.reply = reply
-        with self._lock:
-            self._pending.popleft()
-            if reply.code != 0 and reply.code != _ABORTED:
-                self._resume_next = True
-            op.finished = True
+            if op is None:
+                return  # a reply to nothing sent: ignore it
+            if reply.final:
+                pending.popleft()
+                if reply.code != 0:
+                    op.error = errors.from_number(reply.code, reply.message)
+                    if reply.code != _ABORTED:
+                        self._resume_next = True
+                else:
+                    op.reply = reply
+                op.finished = True
+                return
+        if op.partial is not None:  # outside the lock: it may take its time
+            op.partial(reply)
