@@ -273,3 +273,15 @@ def test_parameters_are_named_by_mapping_name_or_the_callers_variable(any_sessio
     fresh = s.array(np.ones(4, np.float32))
     np.testing.assert_array_equal(cap.graph.replay(logits=fresh, pos=2, reads=fresh), np.full(4, 2.5, np.float32))
     assert other is alias
+
+
+def test_a_buffer_named_as_a_variable_is_refused_and_its_graph_freed(any_session):
+    s = any_session
+    step = s.program(STEP, "step", "inout,int32,int32")
+    x = s.array(np.zeros(4, np.float32))
+    with pytest.raises(replayd.InvalidArgument, match="share a name"):
+        with s.capture(inputs={"pos": x}, pos=(1, 4)):
+            s.launch(step, [x, 4, "pos"], pos=1)
+    with s.capture(inputs={"x": x}, pos=(1, 4)) as cap:  # the session is not capturing any more
+        s.launch(step, [x, 4, "pos"], pos=1)
+    assert cap.graph.cache_hit  # the same structure, still cached

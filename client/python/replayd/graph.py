@@ -181,13 +181,13 @@ class Graph:
                 v = p.variable
                 params.append(GraphParam(v.name, p.index, variable=Variable(v.min, v.max, v.multiple_of or 1)))
         params.sort(key=lambda q: q.index)
-        self.params: Tuple[GraphParam, ...] = tuple(params)
-        self._by_name = {p.name: p for p in params}
-        if len(self._by_name) != len(params):
-            raise errors.InvalidArgument(f"graph {self.handle}: two parameters share a name "
-                                         f"({[p.name for p in params]}); name the capture's buffers")
         self._finalizer = weakref.finalize(self, session._garbage.append, ("graph", self.handle))
         self._finalizer.atexit = False
+        self.params: Tuple[GraphParam, ...] = tuple(params)
+        self._by_name = {p.name: p for p in params}
+        if len(self._by_name) != len(params):  # the handle is freed with this object
+            raise errors.InvalidArgument(f"graph {self.handle}: two parameters share a name "
+                                         f"({[p.name for p in params]}); name the capture's buffers")
 
     # -- replays -----------------------------------------------------------------------
 
