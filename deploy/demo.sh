@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The demo job on a fresh Debian 12 machine: install what is missing, build, start
 # replayd on loopback with the CPU device (or $REPLAYD_DEMO_DEVICE, e.g. cuda:0), run
-# `replayctl demo`, stop the daemon.
+# `replayctl demo`, stop the daemon. $REPLAYD_DEMO_FLAGS go to the daemon (for example
+# --isolation=executor).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # Only the daemon and the client: the test suite is not needed to run the demo.
@@ -12,7 +13,7 @@ device=${REPLAYD_DEMO_DEVICE:-cpu:0}
 cache_dir=$(mktemp -d)
 log=$(mktemp)
 "$build_dir/server/replayd" --listen "127.0.0.1:$port" --devices "${device%%:*}" \
-  --cache_dir "$cache_dir" --log_level warn >"$log" 2>&1 &
+  --cache_dir "$cache_dir" --log_level warn ${REPLAYD_DEMO_FLAGS:-} >"$log" 2>&1 &
 daemon=$!
 cleanup() {
   kill -TERM "$daemon" 2>/dev/null && wait "$daemon" 2>/dev/null || true

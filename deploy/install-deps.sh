@@ -9,7 +9,7 @@ packages=(
   libabsl-dev libspdlog-dev libfmt-dev libssl-dev
   libgtest-dev libgmock-dev googletest libbenchmark-dev
   libc-ares-dev libre2-dev zlib1g-dev
-  libamdhip64-dev
+  libamdhip64-dev libseccomp-dev
   clang-16 libclang-rt-16-dev
   python3-grpcio python3-protobuf python3-numpy python3-pytest
 )

@@ -60,7 +60,11 @@ absl::StatusOr<std::unique_ptr<Device>> Isolated(std::unique_ptr<Device> device,
     if (ec) return absl::InternalError(absl::StrCat("cannot find this program's directory: ", ec.message()));
     executor.binary = self.parent_path() / "replayd-executor";
   }
-  executor.device_args = {"--device=cpu", absl::StrCat("--memory_limit=", device->info().total_memory),
+  // The executor reads artifacts from the compile cache and no other file of its own.
+  std::error_code ec;
+  const std::filesystem::path artifacts = std::filesystem::weakly_canonical(options.engine.cache_dir, ec);
+  executor.device_args = {"--device=cpu", absl::StrCat("--artifacts=", (ec ? options.engine.cache_dir : artifacts).string()),
+                          absl::StrCat("--memory_limit=", device->info().total_memory),
                           absl::StrCat("--threads=", options.cpu.threads)};
   executor.command_timeout = options.executor_timeout;
   spdlog::info("{}: each tenant's work runs in an executor ({})", device->info().id, executor.binary.string());

@@ -2,12 +2,13 @@
 // the shared-memory control channel it inherits as descriptor 3; each context's channel
 // comes over the unix socket it inherits as descriptor 4. Started only by the daemon
 // (drivers/executor/executor_driver.cc), with an empty environment, no other descriptors
-// and a process group of its own. Before it serves, it forbids itself new privileges and
-// core files, and it ends when the daemon does.
+// and a process group of its own. Before it makes its device it confines itself
+// (drivers/executor/sandbox.h): artifacts are read from --artifacts only, and the
+// address space is bounded by the device's memory and a margin. It ends when the daemon
+// does.
 //
-//   replayd-executor --fd=3 --socket=4 --device=cpu [--memory_limit=BYTES] [--threads=N]
-#include <sys/prctl.h>
-#include <sys/resource.h>
+//   replayd-executor --fd=3 --socket=4 --device=cpu --artifacts=DIR [--memory_limit=BYTES]
+//                    [--threads=N]
 #include <unistd.h>
 
 #include <cstdio>
@@ -19,6 +20,7 @@
 #include "drivers/cpu/cpu_driver.h"
 #include "drivers/executor/channel.h"
 #include "drivers/executor/executor_server.h"
+#include "drivers/executor/sandbox.h"
 
 namespace {
 
@@ -34,6 +36,7 @@ int main(int argc, char** argv) {
   int fd = -1, socket = -1;
   std::string device;
   replayd::CpuDriverOptions cpu;
+  replayd::executor::SandboxOptions sandbox;
   for (int i = 1; i < argc; ++i) {
     const std::string arg = argv[i];
     auto value = [&](const char* name) -> const char* {
@@ -46,6 +49,8 @@ int main(int argc, char** argv) {
       ok = absl::SimpleAtoi(v, &socket);
     } else if (const char* v = value("--device=")) {
       device = v;
+    } else if (const char* v = value("--artifacts=")) {
+      sandbox.readable.emplace_back(v);
     } else if (const char* v = value("--memory_limit=")) {
       ok = absl::SimpleAtoi(v, &cpu.memory_limit);
     } else if (const char* v = value("--threads=")) {
@@ -58,12 +63,15 @@ int main(int argc, char** argv) {
   if (fd < 0 || socket < 0 || device != "cpu")
     return Fail("usage: replayd-executor --fd=N --socket=N --device=cpu [--memory_limit=B] [--threads=N]");
 
-  prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0);
-  const struct rlimit no_core = {0, 0};
-  setrlimit(RLIMIT_CORE, &no_core);
-
   absl::StatusOr<replayd::executor::Channel> channel = replayd::executor::Channel::Attach(fd);
   if (!channel.ok()) return Fail(std::string(channel.status().message()));
+  // The device's memory, and room for the program, its threads' stacks and the artifacts.
+  if (cpu.memory_limit > 0) sandbox.address_space = cpu.memory_limit + (uint64_t{4} << 30);
+  absl::StatusOr<replayd::executor::SandboxReport> confined = replayd::executor::Confine(sandbox);
+  if (!confined.ok()) return Fail(std::string(confined.status().message()));
+  if (!confined->landlock) std::fprintf(stderr, "replayd-executor: no Landlock: file access is not confined\n");
+  // The executor compiles nothing: no compiler is run to describe the device.
+  cpu.compiler.compiler = "";
   std::vector<std::unique_ptr<replayd::Device>> devices = replayd::CpuDriver(cpu).Discover();
   if (devices.empty()) return Fail("no device");
   replayd::executor::ExecutorServer server(*channel, socket, *devices.front());

@@ -43,7 +43,8 @@ class ExecutorDriverTest : public ::testing::Test {
     cpu.threads = 2;
     ExecutorOptions options;
     options.binary = REPLAYD_EXECUTOR_BINARY;
-    options.device_args = {"--device=cpu", absl::StrCat("--memory_limit=", kMemory), "--threads=2"};
+    options.device_args = {"--device=cpu", "--artifacts=" + dir_.path().string(),
+                           absl::StrCat("--memory_limit=", kMemory), "--threads=2"};
     options.command_timeout = timeout;
     return std::make_unique<ExecutorDevice>(std::make_unique<CpuDevice>(cpu), options);
   }
@@ -178,6 +179,40 @@ TEST_F(ExecutorDriverTest, ContextsOfOneTenantRunSideBySide) {
   other->Free(*y);
   wait.reset();
   busy->Free(x);
+}
+
+// What a kernel may not do in its executor: each attempt fails (-1) and the executor
+// serves on.
+TEST_F(ExecutorDriverTest, AKernelCannotOpenFilesStartProgramsOrReachTheNetwork) {
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<Context> c, device_->OpenContext("a"));
+  const char* code = R"(
+int socket(int, int, int);
+int open(const char *, int, ...);
+int fork(void);
+int execve(const char *, char *const[], char *const[]);
+void probe(float *out) {
+  char *argv[] = {"/bin/true", 0};
+  out[0] = socket(2, 1, 0);
+  out[1] = open("/etc/passwd", 0);
+  out[2] = fork();
+  out[3] = execve("/bin/true", argv, argv + 1);
+  out[4] = open("/tmp/replayd-executor-probe", 0101, 0600);
+  out[5] = 7;
+})";
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<Kernel> k,
+                       Build(*device_, *c, code, "probe", Sig({{"out", ParamKind::kBuffer, Access::kOut}})));
+  ASSERT_OK_AND_ASSIGN(Allocation out, c->Allocate(6 * 4));
+  ArgValue args[1];
+  args[0].address = out.address;
+  ASSERT_TRUE(c->Launch(*k, args, {1, 1, 1}, {1, 1, 1}, true).ok());
+  float got[6];
+  ASSERT_TRUE(c->Read(out, 0, {reinterpret_cast<uint8_t*>(got), sizeof(got)}).ok());
+  const char* what[] = {"socket", "open /etc/passwd", "fork", "execve", "create a file"};
+  for (int i = 0; i < 5; ++i) EXPECT_EQ(got[i], -1.0f) << what[i];
+  EXPECT_EQ(got[5], 7.0f);
+  EXPECT_FALSE(std::filesystem::exists("/tmp/replayd-executor-probe"));
+  k.reset();
+  c->Free(out);
 }
 
 // The cases of containment: each kernel ends its executor a different way.

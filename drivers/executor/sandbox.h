@@ -1,0 +1,44 @@
+// What an executor may do once it serves: confinement applied to the executor process
+// before it creates its device and reads its first command, so that every thread it
+// starts later (the device's workers, each context's server) and every kernel it runs
+// inherits it.
+//
+// - no new privileges, no core files, an address space of at most `address_space` bytes;
+// - Landlock: files may only be read, and only beneath `readable` (the compile cache,
+//   where artifacts are) and the system's library directories (what a loaded artifact
+//   links against); nothing may be written, made or removed anywhere;
+// - seccomp: only the system calls the executor loop, its threads, the loader and
+//   compiled kernels need. Everything else (exec, fork, sockets, ptrace, signals to other
+//   processes, mounts, namespaces, ...) fails with EPERM; clone3 answers ENOSYS so that
+//   the C library falls back to clone, which is allowed only for threads.
+//
+// Landlock needs Linux 5.13 with it enabled; where it is missing the rest still applies
+// and the result says so.
+#ifndef REPLAYD_DRIVERS_EXECUTOR_SANDBOX_H_
+#define REPLAYD_DRIVERS_EXECUTOR_SANDBOX_H_
+
+#include <cstdint>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+
+namespace replayd::executor {
+
+struct SandboxOptions {
+  std::vector<std::filesystem::path> readable;  // beside the library directories
+  uint64_t address_space = 0;                   // bytes; 0 leaves it unlimited
+};
+
+struct SandboxReport {
+  bool landlock = false;  // file access confined
+};
+
+// Confines the calling process (which must still be single-threaded). INTERNAL when a
+// step that is always available fails (seccomp, rlimits).
+absl::StatusOr<SandboxReport> Confine(const SandboxOptions& options);
+
+}  // namespace replayd::executor
+
+#endif  // REPLAYD_DRIVERS_EXECUTOR_SANDBOX_H_
