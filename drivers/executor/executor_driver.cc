@@ -74,7 +74,8 @@ class ExecutorDeviceGraph : public DeviceGraph {
         pending_(nodes.size(), false) {
     for (const GraphNode& n : nodes_)
       if (!n.is_copy()) {
-        what_ = absl::StrCat("replaying a device graph of ", nodes_.size(), " nodes, the first ",
+        what_ = absl::StrCat("replaying a device graph of ", nodes_.size(), nodes_.size() == 1 ? " node" : " nodes",
+                             ", the first ",
                              static_cast<const ExecutorKernel*>(n.kernel)->name());
         break;
       }
