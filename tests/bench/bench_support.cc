@@ -20,12 +20,16 @@
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "baseline.grpc.pb.h"
 
 ABSL_FLAG(std::string, replayd, "", "the daemon binary (default: this build's server/replayd)");
 ABSL_FLAG(int, runs, 7, "interleaved runs per figure; medians are reported");
 ABSL_FLAG(std::string, placement, "split",
           "split: client on core 0, daemon and baseline server on core 1; any: left to the scheduler");
+ABSL_FLAG(std::string, daemon_args, "",
+          "extra flags for the spawned daemon, split on spaces (e.g. --daemon_args=--isolation=executor); "
+          "added after the bench's own");
 ABSL_FLAG(std::string, serve_baseline, "", "internal: serve the baseline service at this address");
 ABSL_FLAG(std::string, baseline_api, "sync",
           "internal: the server API the baseline serves with: sync (every method), callback or queue (Chat only), "
@@ -261,12 +265,19 @@ std::string BenchServers::Placement() const {
                : "left to the scheduler";
 }
 
-std::unique_ptr<BenchServers> StartServers(const std::vector<std::string>& daemon_args) {
+std::vector<std::string> SplitArgs(const std::string& args) {
+  std::vector<std::string> words;
+  for (absl::string_view w : absl::StrSplit(args, ' ', absl::SkipEmpty())) words.emplace_back(w);
+  return words;
+}
+
+std::unique_ptr<BenchServers> StartServers(const std::vector<std::string>& daemon_args,
+                                           const std::string& daemon_binary) {
   auto servers = std::make_unique<BenchServers>();
   servers->split = absl::GetFlag(FLAGS_placement) == "split";
   servers->server_cpu = servers->split ? 1 : -1;
   const std::filesystem::path self = std::filesystem::read_symlink("/proc/self/exe");
-  std::string daemon_path = absl::GetFlag(FLAGS_replayd);
+  std::string daemon_path = daemon_binary.empty() ? absl::GetFlag(FLAGS_replayd) : daemon_binary;
   if (daemon_path.empty())
     daemon_path = (self.parent_path().parent_path().parent_path() / "server" / "replayd").string();
   servers->baseline_address = absl::StrCat("127.0.0.1:", FreePort());
@@ -279,6 +290,7 @@ std::unique_ptr<BenchServers> StartServers(const std::vector<std::string>& daemo
   std::vector<std::string> argv = {daemon_path, "--listen=" + servers->daemon_address,
                                    "--cache_dir=" + servers->cache_dir, "--log_level=warn"};
   argv.insert(argv.end(), daemon_args.begin(), daemon_args.end());
+  for (std::string& a : SplitArgs(absl::GetFlag(FLAGS_daemon_args))) argv.push_back(std::move(a));
   servers->daemon = std::make_unique<ChildProcess>(argv, servers->server_cpu);
   PinTo(servers->split ? 0 : -1);
   if (!WaitForServer(servers->baseline_address, absl::Seconds(20)) ||

@@ -21,6 +21,7 @@ ABSL_DECLARE_FLAG(std::string, replayd);
 ABSL_DECLARE_FLAG(int, runs);
 ABSL_DECLARE_FLAG(std::string, placement);
 ABSL_DECLARE_FLAG(std::string, serve_baseline);
+ABSL_DECLARE_FLAG(std::string, daemon_args);
 
 namespace replayd::bench {
 
@@ -61,9 +62,14 @@ struct BenchServers {
   std::string Placement() const;
 };
 
-// Starts both (the daemon with `daemon_args` added) and pins this process's thread;
-// exits the process when either does not answer in time.
-std::unique_ptr<BenchServers> StartServers(const std::vector<std::string>& daemon_args);
+// Starts both (the daemon with `daemon_args` added, then those of --daemon_args) and pins
+// this process's thread; exits the process when either does not answer in time. The
+// daemon is `daemon_binary`, or --replayd when that is empty, or this build's.
+std::unique_ptr<BenchServers> StartServers(const std::vector<std::string>& daemon_args,
+                                           const std::string& daemon_binary = "");
+
+// `args` split on spaces (empty words dropped): how --daemon_args is read.
+std::vector<std::string> SplitArgs(const std::string& args);
 
 // Starts a baseline server of this build whose Chat is served through `api` ("sync",
 // "callback", "queue": a completion queue with one thread of its own, or "mixed": that
