@@ -179,6 +179,9 @@ class Context {
   // Contexts that share an address space may use each other's device graphs and
   // buffers; the graph cache keys by this.
   virtual uint64_t address_space() const = 0;
+  // OK while the context can run work; once it never can again (the executor it lived in
+  // has ended), the cause, FAILED_PRECONDITION. The engine then closes its session.
+  virtual absl::Status health() const { return absl::OkStatus(); }
 };
 
 class Device {

@@ -58,6 +58,7 @@ class AccountedContext final : public Context {
   bool wants_edges() const override { return context_->wants_edges(); }
   bool CanBatch(const GraphNode& node) const override { return context_->CanBatch(node); }
   uint64_t address_space() const override { return context_->address_space(); }
+  absl::Status health() const override { return context_->health(); }
 
  private:
   const std::unique_ptr<Context> context_;

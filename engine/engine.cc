@@ -151,8 +151,11 @@ absl::StatusOr<std::shared_ptr<DeviceSession>> Engine::FindSession(absl::string_
   absl::Time now = absl::Now();
   absl::MutexLock lock(&mu_);
   auto it = sessions_.find(id);
-  if (it == sessions_.end() || it->second->tenant() != tenant || it->second->Expired(now))
+  if (it == sessions_.end() || it->second->tenant() != tenant || it->second->Expired(now)) {
+    auto lost = lost_.find(id);
+    if (it == sessions_.end() && lost != lost_.end() && lost->second.tenant == tenant) return lost->second.cause;
     return absl::NotFoundError(absl::StrCat("session ", id, " not found"));
+  }
   it->second->Renew(now);
   return it->second;
 }
@@ -162,8 +165,15 @@ absl::Status Engine::CloseSession(absl::string_view tenant, SessionId id) {
   {
     absl::MutexLock lock(&mu_);
     auto it = sessions_.find(id);
-    if (it == sessions_.end() || it->second->tenant() != tenant)
+    if (it == sessions_.end() || it->second->tenant() != tenant) {
+      // Closing a session the engine closed for its lost context acknowledges it.
+      auto lost = lost_.find(id);
+      if (it == sessions_.end() && lost != lost_.end() && lost->second.tenant == tenant) {
+        lost_.erase(lost);
+        return absl::OkStatus();
+      }
       return absl::NotFoundError(absl::StrCat("session ", id, " not found"));
+    }
     session = std::move(it->second);
     sessions_.erase(it);
   }
@@ -218,17 +228,26 @@ absl::StatusOr<std::string> Engine::AdminCloseSession(SessionId id) {
 }
 
 int Engine::ReapExpired(absl::Time now) {
-  std::vector<std::shared_ptr<DeviceSession>> expired;
+  std::vector<std::shared_ptr<DeviceSession>> expired, lost;
   {
     absl::MutexLock lock(&mu_);
     for (auto it = sessions_.begin(); it != sessions_.end();) {
       if (it->second->Expired(now)) {
         expired.push_back(std::move(it->second));
         sessions_.erase(it++);
+      } else if (absl::Status health = it->second->health(); !health.ok()) {
+        Remember(it->first, it->second->tenant(), std::move(health));
+        lost.push_back(std::move(it->second));
+        sessions_.erase(it++);
       } else {
         ++it;
       }
     }
+  }
+  for (auto& s : lost) {
+    spdlog::warn("session {:016x} of {} lost its context ({}); freeing {} bytes", s->id(), s->tenant(),
+                 std::string(s->health().message()), s->memory_in_use());
+    CloseOrDefer(std::move(s), "lost");
   }
   // A session whose operation still runs (a kernel that does not return) is closed at a
   // later pass, once it ends: the reaper never waits on one session's work, so the others
@@ -257,6 +276,15 @@ GraphCacheStats Engine::graph_cache_stats(absl::string_view tenant, absl::string
 size_t Engine::session_count() const {
   absl::MutexLock lock(&mu_);
   return sessions_.size();
+}
+
+void Engine::Remember(SessionId id, const std::string& tenant, absl::Status cause) {
+  lost_[id] = Lost{tenant, std::move(cause)};
+  lost_order_.push_back(id);
+  while (lost_order_.size() > kMaxLost) {
+    lost_.erase(lost_order_.front());
+    lost_order_.pop_front();
+  }
 }
 
 void Engine::ReaperMain() {

@@ -9,6 +9,7 @@
 #define REPLAYD_ENGINE_ENGINE_H_
 
 #include <filesystem>
+#include <deque>
 #include <memory>
 #include <string>
 #include <thread>
@@ -81,6 +82,7 @@ class Engine {
                                                        absl::string_view device);
   // The open session `id` of `tenant`, with its lease renewed. NOT_FOUND for an unknown,
   // closed, expired or other tenant's session: existence is not disclosed.
+  // FAILED_PRECONDITION with the cause for one closed because its context was lost.
   absl::StatusOr<std::shared_ptr<DeviceSession>> FindSession(absl::string_view tenant, SessionId id);
   absl::Status CloseSession(absl::string_view tenant, SessionId id);
 
@@ -95,7 +97,9 @@ class Engine {
   absl::StatusOr<std::string> AdminCloseSession(SessionId id);
 
   // Closes the sessions whose lease has passed at `now` (one running an operation once it
-  // has ended, at a later call); returns how many expired.
+  // has ended, at a later call); returns how many expired. Closes as well the sessions
+  // whose context was lost (their executor ended), so that their memory and counts go
+  // back to their tenant.
   int ReapExpired(absl::Time now);
   size_t session_count() const;
   // The graph cache counters of `tenant` on `device`; zero when it has none.
@@ -109,6 +113,8 @@ class Engine {
   // Closes `session` now unless an operation of it runs; then it is kept in closing_ and
   // closed by a later reaper pass, once that operation has ended. `why` is for the log.
   void CloseOrDefer(std::shared_ptr<DeviceSession> session, absl::string_view why);
+  // Records that session `id` of `tenant` was closed because its context was lost.
+  void Remember(SessionId id, const std::string& tenant, absl::Status cause) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Closes what closing_ holds that no longer runs an operation; returns how many.
   int CloseDeferred();
   GraphCache* GraphCacheFor(absl::string_view tenant, const Device* device)
@@ -134,6 +140,16 @@ class Engine {
   // Sessions closed or expired while an operation of theirs ran: out of sessions_ (so
   // NOT_FOUND to clients), freed by the reaper once the operation ends.
   std::vector<std::shared_ptr<DeviceSession>> closing_ ABSL_GUARDED_BY(mu_);
+  // Sessions the engine closed because their context was lost (their executor ended),
+  // with the cause, which FindSession answers for them until their owner closes them.
+  // The oldest are forgotten past kMaxLost.
+  struct Lost {
+    std::string tenant;
+    absl::Status cause;
+  };
+  static constexpr size_t kMaxLost = 4096;
+  absl::flat_hash_map<SessionId, Lost> lost_ ABSL_GUARDED_BY(mu_);
+  std::deque<SessionId> lost_order_ ABSL_GUARDED_BY(mu_);
   absl::BitGen random_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<std::pair<std::string, const Device*>, std::unique_ptr<GraphCache>>
       graph_caches_ ABSL_GUARDED_BY(mu_);

@@ -105,6 +105,8 @@ class DeviceSession {
   const std::string& tenant() const { return tenant_; }
   const DeviceInfo& device() const { return env_.device->info(); }
   absl::Duration lease() const { return lease_; }
+  // OK while its context can run work; the cause once it never can again.
+  absl::Status health() const { return context_->health(); }
 
   // Pushes the lease deadline to now + lease.
   void Renew(absl::Time now);

@@ -1,6 +1,7 @@
 #include "drivers/executor/channel.h"
 
 #include <linux/futex.h>
+#include <sched.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/syscall.h>
@@ -15,8 +16,18 @@ namespace replayd::executor {
 namespace {
 
 // Iterations of the spin before a waiter sleeps: some tens of microseconds, the time a
-// short kernel or a small reply takes.
+// short kernel or a small reply takes. Only where this process may run on more than one
+// core: on one core the spin takes the time from the very process it waits for (measured:
+// a round trip 4x slower with both pinned to one core, 1.5x faster without it spinning
+// where they may run apart; docs/performance.md).
 constexpr int kSpins = 4000;
+
+int SpinsHere() {
+  cpu_set_t cpus;
+  CPU_ZERO(&cpus);
+  if (sched_getaffinity(0, sizeof(cpus), &cpus) != 0) return 0;
+  return CPU_COUNT(&cpus) > 1 ? kSpins : 0;
+}
 
 inline void Relax() {
 #if defined(__x86_64__) || defined(__i386__)
@@ -51,12 +62,12 @@ absl::StatusOr<Channel> Channel::Attach(int fd) {
   return Channel(fd, static_cast<uint8_t*>(p));
 }
 
-Channel::Channel(int fd, uint8_t* base) : fd_(fd), base_(base) {
+Channel::Channel(int fd, uint8_t* base) : fd_(fd), base_(base), spins_(SpinsHere()) {
   static_assert(sizeof(Header) <= kHeaderBytes);
 }
 
 Channel::Channel(Channel&& other) noexcept
-    : fd_(other.fd_), base_(other.base_), last_request_(other.last_request_) {
+    : fd_(other.fd_), base_(other.base_), spins_(other.spins_), last_request_(other.last_request_) {
   other.fd_ = -1;
   other.base_ = nullptr;
 }
@@ -84,8 +95,8 @@ absl::StatusOr<uint64_t> Channel::MessageLength(uint64_t bytes) const {
   return bytes;
 }
 
-bool Channel::WaitChange(std::atomic<uint32_t>& word, uint32_t seen, absl::Duration timeout) {
-  for (int i = 0; i < kSpins; ++i) {
+bool Channel::WaitChange(std::atomic<uint32_t>& word, uint32_t seen, absl::Duration timeout, int spins) {
+  for (int i = 0; i < spins; ++i) {
     if (word.load(std::memory_order_acquire) != seen) return true;
     Relax();
   }

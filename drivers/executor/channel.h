@@ -4,8 +4,9 @@
 // The daemon side serialises its calls, so a request is never overwritten before its
 // reply has been read.
 //
-// A waiter spins briefly before it sleeps: a reply that comes within the spin costs no
-// wake-up (a futex wake across the two cores of a small VM costs tens of microseconds).
+// A waiter spins briefly before it sleeps, where its process may use more than one core:
+// a reply that comes within the spin costs no wake-up (a futex wake across the two cores
+// of a small VM costs tens of microseconds).
 // Neither side trusts the other's lengths: every length is checked against its area.
 //
 // Thread safety: one thread at a time per side.
@@ -68,12 +69,13 @@ class Channel {
   Channel(int fd, uint8_t* base);
   Header& header() { return *reinterpret_cast<Header*>(base_); }
   // Waits until `word` differs from `seen`, spinning first; false once `timeout` passed.
-  static bool WaitChange(std::atomic<uint32_t>& word, uint32_t seen, absl::Duration timeout);
+  static bool WaitChange(std::atomic<uint32_t>& word, uint32_t seen, absl::Duration timeout, int spins);
   static void Wake(std::atomic<uint32_t>& word);
   absl::StatusOr<uint64_t> MessageLength(uint64_t bytes) const;
 
   int fd_ = -1;
   uint8_t* base_ = nullptr;
+  int spins_ = 0;  // before each sleep; none where this process has one core
   // Executor side: the request seq last taken. A channel is fresh when attached, so the
   // first request may already be posted by then.
   uint32_t last_request_ = 0;
@@ -85,7 +87,7 @@ absl::StatusOr<uint64_t> Channel::AwaitReply(absl::Time deadline, Stop stop) {
   while (header().reply_seq.load(std::memory_order_acquire) != want) {
     const absl::Duration left = deadline - absl::Now();
     if (left <= absl::ZeroDuration()) return absl::DeadlineExceededError("no reply before the deadline");
-    if (WaitChange(header().reply_seq, want - 1, std::min(left, absl::Milliseconds(20)))) continue;
+    if (WaitChange(header().reply_seq, want - 1, std::min(left, absl::Milliseconds(20)), spins_)) continue;
     if (stop()) return absl::UnavailableError("the executor is gone");
   }
   return MessageLength(header().reply_bytes.load(std::memory_order_relaxed));
@@ -94,7 +96,7 @@ absl::StatusOr<uint64_t> Channel::AwaitReply(absl::Time deadline, Stop stop) {
 template <typename Stop>
 absl::StatusOr<uint64_t> Channel::AwaitRequest(Stop stop) {
   while (header().request_seq.load(std::memory_order_acquire) == last_request_) {
-    if (WaitChange(header().request_seq, last_request_, absl::Seconds(1))) continue;
+    if (WaitChange(header().request_seq, last_request_, absl::Seconds(1), spins_)) continue;
     if (stop()) return absl::UnavailableError("the daemon is gone");
   }
   last_request_ = header().request_seq.load(std::memory_order_acquire);

@@ -266,6 +266,7 @@ class ExecutorContext : public Context {
   }
 
   uint64_t address_space() const override { return executor_->address_space(); }
+  absl::Status health() const override { return executor_->health(); }
 
  private:
   const std::shared_ptr<Executor> executor_;

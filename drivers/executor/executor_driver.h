@@ -8,8 +8,9 @@
 // past its time limit ends (it is killed if need be and reaped). Its command in flight and
 // every later command of its contexts answer FAILED_PRECONDITION naming the tenant, the
 // device and the cause ("executor of tenant research on cpu:0 died: SIGSEGV while running
-// program 1f2e... entry 'step'"); its memory is given back to the device at once, and the
-// tenant's next OpenContext starts a fresh executor. Other tenants notice nothing.
+// program 1f2e... entry 'step'"), as does their health(), so the engine closes their
+// sessions; its memory is given back to the device at once, and the tenant's next
+// OpenContext starts a fresh executor. Other tenants notice nothing.
 //
 // Thread safety: thread-safe. Each context has a channel of its own, so the sessions of one
 // tenant run side by side in its executor; the commands of one context run in order.

@@ -236,6 +236,30 @@ TEST_F(EngineTest, AnExpiredSessionIsReapedAndOneRunningOnceItEnds) {
   EXPECT_EQ(Used("a", Resource::kSessions), 0u);
 }
 
+// A session whose context is lost (its executor ended) is closed by the reaper, so its
+// memory and counts go back to its tenant, and says why until its owner closes it.
+TEST_F(EngineTest, ASessionWhoseContextIsLostIsClosedAndSaysWhy) {
+  ASSERT_OK_AND_ASSIGN(std::shared_ptr<DeviceSession> s, engine_->OpenSession("a", "fake:0"));
+  ASSERT_OK_AND_ASSIGN(std::shared_ptr<DeviceSession> other, engine_->OpenSession("b", "fake:0"));
+  ASSERT_TRUE(s->AllocBuffer(kBytes).ok());
+  EXPECT_EQ(Used("a", Resource::kMemory), kBytes);
+  device_->Lose(absl::FailedPreconditionError("executor of tenant a on fake:0 died: SIGSEGV"));
+  EXPECT_EQ(engine_->ReapExpired(absl::Now()), 0) << "none expired";
+  EXPECT_EQ(engine_->session_count(), 0u) << "both contexts were lost";
+  EXPECT_EQ(Used("a", Resource::kMemory), 0u);
+  EXPECT_EQ(Used("a", Resource::kSessions), 0u);
+  absl::StatusOr<std::shared_ptr<DeviceSession>> found = engine_->FindSession("a", s->id());
+  EXPECT_EQ(found.status().code(), absl::StatusCode::kFailedPrecondition) << found.status();
+  EXPECT_THAT(std::string(found.status().message()), HasSubstr("died: SIGSEGV"));
+  EXPECT_EQ(engine_->FindSession("b", s->id()).status().code(), absl::StatusCode::kNotFound)
+      << "another tenant learns nothing";
+  // The owner's close acknowledges it.
+  EXPECT_TRUE(engine_->CloseSession("a", s->id()).ok());
+  EXPECT_EQ(engine_->FindSession("a", s->id()).status().code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(engine_->CloseSession("a", s->id()).code(), absl::StatusCode::kNotFound);
+  device_->Lose(absl::OkStatus());
+}
+
 TEST_F(EngineTest, AnAdminCloseReturnsTheOwner) {
   ASSERT_OK_AND_ASSIGN(std::shared_ptr<DeviceSession> s, engine_->OpenSession("research", "fake:0"));
   ASSERT_TRUE(s->AllocBuffer(kBytes).ok());

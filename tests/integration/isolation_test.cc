@@ -27,7 +27,8 @@ class IsolationTest : public DaemonFixture {
   void SetUp() override {
     const std::filesystem::path file = cache_.path() / "tenants.textproto";
     std::ofstream(file) << TenantText("research", "research-token", "  trusted: true\n")
-                        << TenantText("prod", "prod-token", "  trusted: true\n");
+                        << TenantText("prod", "prod-token", "  trusted: true\n")
+                        << TenantText("ops", "ops-token", "  admin: true\n");
     Options options;
     options.tenants_file = file;
     options.adjust = [](DaemonOptions& d) {
@@ -112,6 +113,23 @@ TEST_F(IsolationTest, AKernelThatCrashesFailsOnlyItsTenant) {
 
   // The other tenant never noticed, and the daemon serves on.
   ExpectProdReplaysRight(prod);
+  // Once the daemon has closed the lost session (within a second), the tenant's counts
+  // are back to zero and the session still says why, until its owner closes it.
+  Client ops = As("ops-token");
+  uint64_t sessions = 1, memory = 1;
+  for (int i = 0; i < 50 && (sessions != 0 || memory != 0); ++i) {
+    absl::SleepFor(absl::Milliseconds(100));
+    absl::StatusOr<std::vector<v1::TenantStatus>> tenants = ops.ListTenants();
+    ASSERT_TRUE(tenants.ok()) << tenants.status();
+    for (const v1::TenantStatus& t : *tenants)
+      if (t.name() == "research") sessions = t.used().sessions(), memory = t.used().memory_bytes();
+  }
+  EXPECT_EQ(sessions, 0u);
+  EXPECT_EQ(memory, 0u);
+  more = research.Alloc(64);
+  EXPECT_EQ(more.status().code(), absl::StatusCode::kFailedPrecondition) << more.status();
+  EXPECT_THAT(std::string(more.status().message()), HasSubstr("died: SIGSEGV"));
+  EXPECT_TRUE(research.Close().ok());
   // The tenant's next session runs in a fresh executor.
   ASSERT_OK_AND_ASSIGN(Session again, research_->OpenSession("cpu:0"));
   ASSERT_OK_AND_ASSIGN(Program boom2, again.Load(crash));

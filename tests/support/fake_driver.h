@@ -113,6 +113,16 @@ class FakeDevice : public Device {
   absl::StatusOr<std::unique_ptr<Context>> OpenContext(absl::string_view tenant) override;
 
   FakeFaults& faults() { return faults_; }
+  // Every context of the device is lost from now on, with `cause` (as when the executor a
+  // context lives in ends).
+  void Lose(absl::Status cause) {
+    absl::MutexLock lock(&mu_);
+    lost_ = std::move(cause);
+  }
+  absl::Status lost() const {
+    absl::MutexLock lock(&mu_);
+    return lost_;
+  }
   FakeCounts counts() const {
     absl::MutexLock lock(&mu_);
     return counts_;
@@ -171,6 +181,7 @@ class FakeDevice : public Device {
   FakeFaults faults_;  // set by the test before the work it affects
   std::map<std::string, FakeKernelBody> bodies_;  // set before use
   int bad_frees_ ABSL_GUARDED_BY(mu_) = 0;
+  absl::Status lost_ ABSL_GUARDED_BY(mu_);
 };
 
 // A copy node's check, as CUDA makes it for a memcpy node.
@@ -279,6 +290,7 @@ class FakeContext : public Context {
     return std::make_unique<FakeDeviceGraph>(device_, nodes);
   }
   uint64_t address_space() const override { return 0; }
+  absl::Status health() const override { return device_->lost(); }
 
   // A kernel of this context with `signature` that runs `body`.
   static std::unique_ptr<Kernel> MakeKernel(Signature signature, FakeKernelBody body) {
