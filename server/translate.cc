@@ -92,7 +92,9 @@ absl::StatusOr<Expression> ExprFromProto(const v1::Expr& e, std::span<const Vari
       absl::StatusOr<Expression> rhs = ExprFromProto(e.binary().rhs(), variables, depth + 1, nodes);
       if (!rhs.ok()) return rhs;
       Expression out = Expression::Binary(op, *lhs, *rhs);
-      if (out.nodes().size() > Expression::kMaxNodes) return absl::InvalidArgumentError("expression is too large");
+      if (out.nodes().size() > Expression::kMaxNodes)
+        return absl::InvalidArgumentError(
+            absl::StrCat("expression has ", out.nodes().size(), " nodes, more than ", Expression::kMaxNodes));
       return out;
     }
     default:
