@@ -143,13 +143,16 @@ class ExecutorDeviceGraph : public DeviceGraph {
 
 class ExecutorContext : public Context {
  public:
-  ExecutorContext(std::shared_ptr<Executor> executor, std::shared_ptr<Executor::Link> link)
-      : executor_(std::move(executor)), link_(std::move(link)) {}
-  // Ends the context's thread in the executor, which frees what the context still holds.
+  ExecutorContext(std::shared_ptr<Executor> executor, std::shared_ptr<Executor::Link> link,
+                  std::function<void()> closed)
+      : executor_(std::move(executor)), link_(std::move(link)), closed_(std::move(closed)) {}
+  // Ends the context's thread in the executor, which frees what the context still holds,
+  // and tells the device (which ends an executor with its tenant's last context).
   ~ExecutorContext() override {
     Request r;
     r.set_close_context(true);
     if (executor_->health().ok()) executor_->Call(*link_, r, "closing a context").IgnoreError();
+    closed_();
   }
 
   absl::StatusOr<Allocation> Allocate(uint64_t bytes) override {
@@ -271,6 +274,7 @@ class ExecutorContext : public Context {
  private:
   const std::shared_ptr<Executor> executor_;
   const std::shared_ptr<Executor::Link> link_;
+  const std::function<void()> closed_;
 };
 
 }  // namespace
@@ -451,25 +455,40 @@ absl::StatusOr<std::unique_ptr<Context>> ExecutorDevice::OpenContext(absl::strin
   {
     absl::MutexLock lock(&mu_);
     auto it = executors_.find(tenant);
-    if (it != executors_.end() && it->second->health().ok()) {
-      executor = it->second;
-    } else {
+    if (it == executors_.end() || !it->second.executor->health().ok()) {
       absl::StatusOr<std::shared_ptr<Executor>> started =
           Executor::Start(options_, std::string(tenant), inner_->info().id, memory_);
       if (!started.ok()) return started.status();
-      executor = *started;
-      executors_[std::string(tenant)] = executor;
+      // An ended executor's contexts no longer count: they find it gone when they close.
+      it = executors_.insert_or_assign(std::string(tenant), Entry{*started, 0}).first;
     }
+    executor = it->second.executor;
+    ++it->second.contexts;
   }
+  auto closed = [this, tenant = std::string(tenant), e = executor.get()] { ContextClosed(tenant, e); };
   absl::StatusOr<std::shared_ptr<Executor::Link>> link = executor->OpenContext();
-  if (!link.ok()) return link.status();
-  return std::make_unique<ExecutorContext>(std::move(executor), *std::move(link));
+  if (!link.ok()) {
+    closed();
+    return link.status();
+  }
+  return std::make_unique<ExecutorContext>(std::move(executor), *std::move(link), std::move(closed));
+}
+
+void ExecutorDevice::ContextClosed(const std::string& tenant, const Executor* executor) {
+  std::shared_ptr<Executor> last;  // ended (the process killed and reaped) outside the lock
+  {
+    absl::MutexLock lock(&mu_);
+    auto it = executors_.find(tenant);
+    if (it == executors_.end() || it->second.executor.get() != executor || --it->second.contexts > 0) return;
+    last = std::move(it->second.executor);
+    executors_.erase(it);
+  }
 }
 
 std::shared_ptr<Executor> ExecutorDevice::ExecutorOf(absl::string_view tenant) const {
   absl::MutexLock lock(&mu_);
   auto it = executors_.find(tenant);
-  return it == executors_.end() ? nullptr : it->second;
+  return it == executors_.end() ? nullptr : it->second.executor;
 }
 
 }  // namespace replayd::executor

@@ -20,6 +20,7 @@
 #include <sys/types.h>
 
 #include <filesystem>
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -120,15 +121,23 @@ class ExecutorDevice : public Device {
   // A context in `tenant`'s executor, started now if it has none or its last one ended.
   absl::StatusOr<std::unique_ptr<Context>> OpenContext(absl::string_view tenant) override;
 
-  // The executor `tenant` runs in now, or null; for tests and reports.
+  // The executor `tenant` runs in now, or null; for tests and reports. An executor ends
+  // with its tenant's last context.
   std::shared_ptr<Executor> ExecutorOf(absl::string_view tenant) const;
 
  private:
+  struct Entry {
+    std::shared_ptr<Executor> executor;
+    size_t contexts = 0;  // open in it
+  };
+  // A context of `executor` closed; the tenant's executor ends with its last one.
+  void ContextClosed(const std::string& tenant, const Executor* executor);
+
   const std::unique_ptr<Device> inner_;
   const ExecutorOptions options_;
   DeviceMemory memory_;
   mutable absl::Mutex mu_;
-  std::map<std::string, std::shared_ptr<Executor>, std::less<>> executors_ ABSL_GUARDED_BY(mu_);
+  std::map<std::string, Entry, std::less<>> executors_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace replayd::executor

@@ -181,6 +181,22 @@ TEST_F(ExecutorDriverTest, ContextsOfOneTenantRunSideBySide) {
   busy->Free(x);
 }
 
+TEST_F(ExecutorDriverTest, AnExecutorEndsWithItsTenantsLastContext) {
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<Context> first, device_->OpenContext("a"));
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<Context> second, device_->OpenContext("a"));
+  ASSERT_NE(device_->ExecutorOf("a"), nullptr);
+  const pid_t pid = device_->ExecutorOf("a")->pid();
+  first.reset();
+  ASSERT_NE(device_->ExecutorOf("a"), nullptr) << "a context is still open";
+  EXPECT_EQ(kill(pid, 0), 0) << "still running";
+  second.reset();
+  EXPECT_EQ(device_->ExecutorOf("a"), nullptr);
+  EXPECT_EQ(kill(pid, 0), -1) << "ended and reaped with the last context";
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<Context> again, device_->OpenContext("a"));
+  ASSERT_NE(device_->ExecutorOf("a"), nullptr);
+  EXPECT_NE(device_->ExecutorOf("a")->pid(), pid);
+}
+
 // What a kernel may not do in its executor: each attempt fails (-1) and the executor
 // serves on.
 TEST_F(ExecutorDriverTest, AKernelCannotOpenFilesStartProgramsOrReachTheNetwork) {
