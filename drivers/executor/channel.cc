@@ -109,35 +109,41 @@ void Channel::Wake(std::atomic<uint32_t>& word) {
   syscall(SYS_futex, reinterpret_cast<uint32_t*>(&word), FUTEX_WAKE, 1, nullptr, nullptr, 0);
 }
 
-absl::Status SendFd(int socket, int fd) {
+namespace {
+
+// A one-byte message with room for one descriptor, as both ends of SendFd use it.
+struct FdMessage {
   char byte = 0;
   struct iovec iov = {&byte, 1};
   alignas(struct cmsghdr) char control[CMSG_SPACE(sizeof(int))] = {};
   struct msghdr msg = {};
-  msg.msg_iov = &iov;
-  msg.msg_iovlen = 1;
-  msg.msg_control = control;
-  msg.msg_controllen = sizeof(control);
-  struct cmsghdr* cmsg = CMSG_FIRSTHDR(&msg);
+  FdMessage() {
+    msg.msg_iov = &iov;
+    msg.msg_iovlen = 1;
+    msg.msg_control = control;
+    msg.msg_controllen = sizeof(control);
+  }
+  FdMessage(const FdMessage&) = delete;
+  FdMessage& operator=(const FdMessage&) = delete;
+};
+
+}  // namespace
+
+absl::Status SendFd(int socket, int fd) {
+  FdMessage m;
+  struct cmsghdr* cmsg = CMSG_FIRSTHDR(&m.msg);
   cmsg->cmsg_level = SOL_SOCKET;
   cmsg->cmsg_type = SCM_RIGHTS;
   cmsg->cmsg_len = CMSG_LEN(sizeof(int));
   std::memcpy(CMSG_DATA(cmsg), &fd, sizeof(int));
-  if (sendmsg(socket, &msg, MSG_NOSIGNAL) != 1) return Errno("sendmsg");
+  if (sendmsg(socket, &m.msg, MSG_NOSIGNAL) != 1) return Errno("sendmsg");
   return absl::OkStatus();
 }
 
 absl::StatusOr<int> ReceiveFd(int socket) {
-  char byte = 0;
-  struct iovec iov = {&byte, 1};
-  alignas(struct cmsghdr) char control[CMSG_SPACE(sizeof(int))] = {};
-  struct msghdr msg = {};
-  msg.msg_iov = &iov;
-  msg.msg_iovlen = 1;
-  msg.msg_control = control;
-  msg.msg_controllen = sizeof(control);
-  if (recvmsg(socket, &msg, MSG_CMSG_CLOEXEC) != 1) return Errno("recvmsg");
-  struct cmsghdr* cmsg = CMSG_FIRSTHDR(&msg);
+  FdMessage m;
+  if (recvmsg(socket, &m.msg, MSG_CMSG_CLOEXEC) != 1) return Errno("recvmsg");
+  struct cmsghdr* cmsg = CMSG_FIRSTHDR(&m.msg);
   if (!cmsg || cmsg->cmsg_level != SOL_SOCKET || cmsg->cmsg_type != SCM_RIGHTS || cmsg->cmsg_len != CMSG_LEN(sizeof(int)))
     return absl::InternalError("executor channel: a message without a descriptor");
   int fd = -1;
