@@ -7,23 +7,126 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
 #include <fstream>
 
+#include "absl/cleanup/cleanup.h"
+#include "absl/container/flat_hash_map.h"
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_replace.h"
+#include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
 #include "drivers/client_text.h"
+#include "drivers/confinement.h"
 #include "drivers/cpu/trampoline.h"
-
-extern char** environ;
+#include "spdlog/spdlog.h"
 
 namespace replayd {
 namespace {
 
 constexpr size_t kMaxOutput = 64 * 1024;
+
+// The names of a compile's files in its work directory. The compiler runs there, so its
+// diagnostics name the program as the client knows it.
+constexpr char kSourceName[] = "program.c";
+constexpr char kPreprocessedName[] = "program.i";
+constexpr char kObjectName[] = "program.so";
+// Names the preprocessor gives to what is no file.
+constexpr absl::string_view kPseudoFiles[] = {"<built-in>", "<command-line>"};
+
+// The environment every run of the compiler gets, whatever the daemon's.
+std::vector<std::string> CompilerEnvironment(const std::filesystem::path& work) {
+  std::vector<std::string> env = {"PATH=/usr/bin:/bin", "LC_ALL=C"};
+  if (!work.empty()) env.push_back(absl::StrCat("TMPDIR=", work.string()));
+  return env;
+}
+
+// `name` found in PATH as execvp would find it; `name` itself when it has a slash or is
+// not found (running it then fails and says so).
+std::string FindProgram(const std::string& name) {
+  if (name.empty() || name.find('/') != std::string::npos) return name;
+  const char* path = std::getenv("PATH");
+  for (absl::string_view dir : absl::StrSplit(path ? path : "/usr/bin:/bin", ':')) {
+    const std::string candidate = absl::StrCat(dir.empty() ? "." : dir, "/", name);
+    if (access(candidate.c_str(), X_OK) == 0) return candidate;
+  }
+  return name;
+}
+
+bool IsBeneath(const std::filesystem::path& path, const std::filesystem::path& dir) {
+  return std::mismatch(dir.begin(), dir.end(), path.begin(), path.end()).first == dir.end();
+}
+
+// The file name of a preprocessor line marker (`# 12 "name" flags`), unquoted as GCC and
+// clang quote it (a backslash before `\` and `"`, `\n` for a newline); nullopt for any
+// other line. A marker cut short (no closing quote) gives what it has and `complete`
+// false.
+struct MarkedFile {
+  std::string name;
+  bool complete = false;
+};
+std::optional<MarkedFile> LineMarkerFile(absl::string_view line) {
+  if (!absl::ConsumePrefix(&line, "# ")) return std::nullopt;
+  size_t digits = 0;
+  while (digits < line.size() && absl::ascii_isdigit(line[digits])) ++digits;
+  if (digits == 0) return std::nullopt;
+  line.remove_prefix(digits);
+  if (!absl::ConsumePrefix(&line, " \"")) return std::nullopt;
+  MarkedFile file;
+  for (size_t i = 0; i < line.size(); ++i) {
+    if (line[i] == '"') {
+      file.complete = true;
+      return file;
+    }
+    if (line[i] == '\\' && i + 1 < line.size()) {
+      ++i;
+      file.name += line[i] == 'n' ? '\n' : line[i];
+    } else {
+      file.name += line[i];
+    }
+  }
+  return file;
+}
+
+// The first file that the preprocessed output at `preprocessed` (its line markers) names
+// and that is neither `source` nor beneath one of `include_dirs`, as the preprocessor
+// named it; nullopt when there is none. A relative name is taken from `work`, where the
+// compiler runs; a name that does not resolve to an existing file counts as outside.
+absl::StatusOr<std::optional<std::string>> FirstFileOutside(
+    const std::filesystem::path& preprocessed, const std::filesystem::path& work,
+    const std::filesystem::path& source, const std::vector<std::filesystem::path>& include_dirs) {
+  std::ifstream in(preprocessed, std::ios::binary);
+  if (!in) return absl::InternalError(absl::StrCat("cannot read ", preprocessed.string()));
+  absl::flat_hash_map<std::string, bool> inside;  // by name as marked
+  std::string line;
+  while (std::getline(in, line)) {
+    std::optional<MarkedFile> marked = LineMarkerFile(line);
+    if (!marked) continue;
+    if (!marked->complete) return marked->name;  // a name that cannot be checked
+    const std::string& name = marked->name;
+    if (std::find(std::begin(kPseudoFiles), std::end(kPseudoFiles), name) != std::end(kPseudoFiles)) continue;
+    auto [it, fresh] = inside.try_emplace(name, false);
+    if (fresh) {
+      std::error_code ec;
+      const std::filesystem::path path = std::filesystem::canonical(work / name, ec);
+      it->second = !ec && (path == source || std::any_of(include_dirs.begin(), include_dirs.end(),
+                                                         [&](const auto& dir) { return IsBeneath(path, dir); }));
+    }
+    if (!it->second) return name;
+  }
+  return std::nullopt;
+}
+
+// Removes the work directory's path from the compiler's diagnostics: the client knows
+// its program as program.c and has no use for where the daemon keeps it.
+std::string Diagnostics(absl::string_view output, const std::filesystem::path& work) {
+  return EchoLog(absl::StrReplaceAll(output, {{absl::StrCat(work.string(), "/"), ""}}));
+}
 
 bool IsIdentifier(absl::string_view s) {
   if (s.empty() || absl::ascii_isdigit(s[0])) return false;
@@ -59,15 +162,22 @@ absl::Status CCompiler::CheckOptions(const std::vector<std::string>& options) {
 }
 
 absl::StatusOr<ProcessResult> RunProcess(const std::vector<std::string>& argv,
-                                         absl::Duration time_limit) {
+                                         const ProcessOptions& options) {
   int fds[2];
   if (pipe2(fds, O_CLOEXEC) != 0)
     return absl::InternalError(absl::StrCat("pipe: ", std::strerror(errno)));
   posix_spawn_file_actions_t actions;
   posix_spawn_file_actions_init(&actions);
+  if (!options.directory.empty())
+    posix_spawn_file_actions_addchdir_np(&actions, options.directory.c_str());
   posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0);
-  posix_spawn_file_actions_adddup2(&actions, fds[1], 1);
+  if (options.output_file.empty()) {
+    posix_spawn_file_actions_adddup2(&actions, fds[1], 1);
+  } else {
+    posix_spawn_file_actions_addopen(&actions, 1, options.output_file.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
+  }
   posix_spawn_file_actions_adddup2(&actions, fds[1], 2);
+  posix_spawn_file_actions_addclosefrom_np(&actions, 3);  // nothing else of the daemon's
   posix_spawnattr_t attr;
   posix_spawnattr_init(&attr);
   posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETPGROUP | POSIX_SPAWN_SETSIGMASK);
@@ -79,8 +189,11 @@ absl::StatusOr<ProcessResult> RunProcess(const std::vector<std::string>& argv,
   std::vector<char*> args;
   for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
   args.push_back(nullptr);
+  std::vector<char*> env;
+  for (const auto& e : options.environment) env.push_back(const_cast<char*>(e.c_str()));
+  env.push_back(nullptr);
   pid_t pid;
-  int rc = posix_spawnp(&pid, args[0], &actions, &attr, args.data(), environ);
+  int rc = posix_spawnp(&pid, args[0], &actions, &attr, args.data(), env.data());
   posix_spawn_file_actions_destroy(&actions);
   posix_spawnattr_destroy(&attr);
   close(fds[1]);
@@ -90,7 +203,7 @@ absl::StatusOr<ProcessResult> RunProcess(const std::vector<std::string>& argv,
   }
 
   ProcessResult result;
-  absl::Time deadline = absl::Now() + time_limit;
+  absl::Time deadline = absl::Now() + options.time_limit;
   char chunk[4096];
   for (;;) {
     int64_t ms = absl::ToInt64Milliseconds(deadline - absl::Now());
@@ -117,49 +230,160 @@ absl::StatusOr<ProcessResult> RunProcess(const std::vector<std::string>& argv,
   return result;
 }
 
+std::filesystem::path CageBesideThisProgram() {
+  std::error_code ec;
+  const std::filesystem::path self = std::filesystem::read_symlink("/proc/self/exe", ec);
+  return ec ? std::filesystem::path() : self.parent_path() / "replayd-cc";
+}
+
+CCompiler::CCompiler(CCompilerOptions options)
+    : options_(std::move(options)), compiler_path_(FindProgram(options_.compiler)) {
+  if (!options_.cage.empty() && !LandlockAvailable())
+    spdlog::warn("this kernel has no Landlock: the cpu-c compiler is not confined to the system headers "
+                 "(the dependency check, its work directory and its limits still apply)");
+}
+
+absl::StatusOr<std::vector<std::filesystem::path>> CCompiler::IncludeDirectories(absl::Time deadline) const {
+  absl::MutexLock lock(&mu_);
+  if (include_dirs_) return *include_dirs_;
+  ProcessOptions run;
+  run.time_limit = deadline - absl::Now();
+  run.environment = CompilerEnvironment({});
+  absl::StatusOr<ProcessResult> asked = RunProcess({compiler_path_, "-E", "-v", "-x", "c", "/dev/null"}, run);
+  if (!asked.ok()) return asked.status();
+  if (asked->timed_out)
+    return absl::DeadlineExceededError(absl::StrCat("asking ", options_.compiler, " for its include directories exceeded ",
+                                                    absl::FormatDuration(options_.time_limit)));
+  if (asked->exit_code != 0)
+    return absl::InternalError(absl::StrCat(options_.compiler, " -E -v failed:\n", EchoLog(asked->output)));
+  // Between "#include ... search starts here:" and "End of search list.", one directory
+  // a line, each indented by a space.
+  std::vector<std::filesystem::path> dirs;
+  bool listing = false;
+  for (absl::string_view line : absl::StrSplit(asked->output, '\n')) {
+    if (absl::StartsWith(line, "#include ")) {
+      listing = true;
+    } else if (absl::StartsWith(line, "End of search list.")) {
+      listing = false;
+    } else if (listing && absl::ConsumePrefix(&line, " ")) {
+      std::error_code ec;
+      std::filesystem::path dir = std::filesystem::canonical(std::string(line), ec);
+      if (!ec && dir != dir.root_path()) dirs.push_back(std::move(dir));  // never the whole tree
+    }
+  }
+  if (dirs.empty())
+    return absl::InternalError(absl::StrCat(options_.compiler, " -E -v lists no include directory:\n",
+                                            EchoLog(asked->output)));
+  include_dirs_ = dirs;
+  return dirs;
+}
+
+std::vector<std::string> CCompiler::Caged(const std::filesystem::path& work,
+                                          const std::vector<std::filesystem::path>& include_dirs,
+                                          std::vector<std::string> argv) const {
+  if (options_.cage.empty()) return argv;
+  std::vector<std::string> caged = {options_.cage.string(), absl::StrCat("--work=", work.string())};
+  std::error_code ec;
+  const std::filesystem::path compiler = std::filesystem::canonical(compiler_path_, ec);
+  if (!ec) caged.push_back(absl::StrCat("--read=", compiler.string()));
+  for (const auto& dir : include_dirs) caged.push_back(absl::StrCat("--read=", dir.string()));
+  caged.push_back("--");
+  caged.insert(caged.end(), argv.begin(), argv.end());
+  return caged;
+}
+
 absl::Status CCompiler::Compile(const ProgramSource& source,
                                 const std::filesystem::path& output) const {
   if (absl::Status s = CheckOptions(source.options); !s.ok()) return s;
-  std::filesystem::path c_file = output;
-  c_file += ".c";
+  const absl::Time deadline = absl::Now() + options_.time_limit;
+  auto exceeded = [&] {
+    return absl::DeadlineExceededError(absl::StrCat(
+        "cpu-c compile of ", source.entry, " exceeded ", absl::FormatDuration(options_.time_limit)));
+  };
+  std::string pattern = absl::StrCat(output.string(), ".cc-XXXXXX");
+  if (mkdtemp(pattern.data()) == nullptr)
+    return absl::InternalError(absl::StrCat("cannot make a work directory ", pattern, ": ", std::strerror(errno)));
+  const std::filesystem::path work = pattern;
+  absl::Cleanup remove_work = [&] {
+    std::error_code ignored;
+    std::filesystem::remove_all(work, ignored);
+  };
+  const std::filesystem::path c_file = work / kSourceName;
   {
     std::ofstream out(c_file, std::ios::binary | std::ios::trunc);
     out << source.code << GenerateTrampoline(source.entry, source.signature);
     if (!out) return absl::InternalError(absl::StrCat("cannot write ", c_file.string()));
   }
-  std::vector<std::string> argv = {options_.compiler, "-std=gnu11", kOptimization, "-fPIC",
+  absl::StatusOr<std::vector<std::filesystem::path>> include_dirs = IncludeDirectories(deadline);
+  if (!include_dirs.ok()) return include_dirs.status();
+
+  std::vector<std::string> argv = {compiler_path_, "-std=gnu11", kOptimization, "-fPIC",
                                    "-shared", "-pthread", "-fvisibility=hidden",
                                    "-Werror=implicit-function-declaration",
                                    "-Werror=int-conversion",
                                    "-Werror=incompatible-pointer-types",
                                    "-Werror=return-type"};
   argv.insert(argv.end(), source.options.begin(), source.options.end());
-  argv.insert(argv.end(), {"-o", output.string(), c_file.string(), "-lm"});
-  absl::StatusOr<ProcessResult> run = RunProcess(argv, options_.time_limit);
-  std::error_code ignored;
-  std::filesystem::remove(c_file, ignored);
-  if (!run.ok()) return run.status();
-  if (run->timed_out) {
-    std::filesystem::remove(output, ignored);
-    return absl::DeadlineExceededError(absl::StrCat(
-        "cpu-c compile of ", source.entry, " exceeded ", absl::FormatDuration(options_.time_limit)));
-  }
-  if (run->exit_code != 0) {
-    std::filesystem::remove(output, ignored);
-    // Name the file as the client knows it, not by our temporary path.
-    std::string diagnostics =
-        absl::StrReplaceAll(run->output, {{c_file.string(), "program.c"}});
+  ProcessOptions run;
+  run.environment = CompilerEnvironment(work);
+  run.directory = work;
+  auto failed = [&](absl::string_view diagnostics) {
     return absl::InvalidArgumentError(
-        absl::StrCat("cpu-c compile of ", source.entry, " failed:\n", diagnostics));
+        absl::StrCat("cpu-c compile of ", source.entry, " failed:\n", Diagnostics(diagnostics, work)));
+  };
+
+  // The dependency check: the preprocessor alone, with the same options, its output
+  // (whose line markers name every file it entered) kept in the work directory and its
+  // diagnostics shown only once every file it entered is known to be harmless to quote.
+  std::vector<std::string> preprocess = argv;
+  preprocess.insert(preprocess.end(), {"-E", kSourceName});
+  run.time_limit = deadline - absl::Now();
+  run.output_file = work / kPreprocessedName;
+  absl::StatusOr<ProcessResult> deps = RunProcess(Caged(work, *include_dirs, preprocess), run);
+  if (!deps.ok()) return deps.status();
+  if (deps->timed_out) return exceeded();
+  if (deps->exit_code == kCageFailed && !options_.cage.empty())
+    return absl::InternalError(absl::StrCat("cpu-c compiler cage failed: ", EchoLog(deps->output)));
+  std::error_code ec;
+  const std::filesystem::path canonical_source = std::filesystem::canonical(c_file, ec);
+  absl::StatusOr<std::optional<std::string>> outside =
+      FirstFileOutside(run.output_file, work, canonical_source, *include_dirs);
+  if (!outside.ok()) return outside.status();
+  if (*outside) {
+    absl::string_view name = **outside;
+    absl::ConsumePrefix(&name, absl::StrCat(work.string(), "/"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("cpu-c program includes a file outside the system headers: \"", Echo(name), "\""));
   }
+  // Exit status 1 is the compiler's for errors in the program; anything else (a signal,
+  // an internal error) may have cut its output short, so its diagnostics stay unread.
+  if (deps->exit_code == 1) return failed(deps->output);
+  if (deps->exit_code != 0)
+    return absl::InvalidArgumentError(absl::StrCat("cpu-c compile of ", source.entry,
+                                                   " failed: the preprocessor ended abnormally (status ",
+                                                   deps->exit_code, ")"));
+  std::filesystem::remove(run.output_file, ec);
+
+  std::vector<std::string> compile = argv;
+  compile.insert(compile.end(), {"-o", kObjectName, kSourceName, "-lm"});
+  run.time_limit = deadline - absl::Now();
+  run.output_file.clear();
+  absl::StatusOr<ProcessResult> built = RunProcess(Caged(work, *include_dirs, compile), run);
+  if (!built.ok()) return built.status();
+  if (built->timed_out) return exceeded();
+  if (built->exit_code == kCageFailed && !options_.cage.empty())
+    return absl::InternalError(absl::StrCat("cpu-c compiler cage failed: ", EchoLog(built->output)));
+  if (built->exit_code != 0) return failed(built->output);
+  std::filesystem::rename(work / kObjectName, output, ec);
+  if (ec) return absl::InternalError(absl::StrCat("cannot move the shared object to ", output.string(), ": ", ec.message()));
   return absl::OkStatus();
 }
 
 std::string CCompiler::Identify() const {
-  absl::StatusOr<ProcessResult> version =
-      RunProcess({options_.compiler, "--version"}, absl::Seconds(10));
-  absl::StatusOr<ProcessResult> machine =
-      RunProcess({options_.compiler, "-dumpmachine"}, absl::Seconds(10));
+  ProcessOptions run;
+  run.environment = CompilerEnvironment({});
+  absl::StatusOr<ProcessResult> version = RunProcess({compiler_path_, "--version"}, run);
+  absl::StatusOr<ProcessResult> machine = RunProcess({compiler_path_, "-dumpmachine"}, run);
   if (!version.ok() || !machine.ok() || version->exit_code != 0 || machine->exit_code != 0)
     return "";
   std::string first_line = version->output.substr(0, version->output.find('\n'));

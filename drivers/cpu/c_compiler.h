@@ -1,22 +1,62 @@
 // Runs the system C compiler on a cpu-c program: validates the options a client may
 // pass, appends the entry trampoline, and builds a shared object under a time limit.
+//
+// A client's source must not read the daemon's files, so each compile is contained:
+// - it runs in a private work directory made for it beside the output (the source, the
+//   compiler's temporary files and the shared object are written there; the directory is
+//   removed afterwards, whatever the outcome), with an environment of its own (PATH,
+//   TMPDIR set to the work directory, LC_ALL=C; nothing of the daemon's) and no
+//   descriptors but /dev/null, its output and its diagnostics;
+// - a dependency check: the preprocessor runs first, alone, with the same options, and
+//   every file it enters or names (#include, #line) must be the program itself or lie
+//   beneath the compiler's own system include directories (asked of it: `cc -E -v`),
+//   after `..` and symbolic links are resolved. Anything else is refused, naming the file
+//   as the program wrote it and never quoting it; the preprocessor's diagnostics are
+//   shown only when every file it entered passed. This works on any kernel, and covers
+//   what the preprocessor reads;
+// - with a cage (CCompilerOptions::cage, replayd-cc: drivers/cpu/cc_main.cc), both runs
+//   of the compiler are confined by Landlock to reading the toolchain and the include
+//   directories and writing the work directory, so neither an assembler directive
+//   (`.incbin`, `.include`) nor a subverted compiler reaches any other file; it also
+//   bounds the compiler's memory and refuses it network sockets. Where the kernel has no
+//   Landlock the cage applies the rest, and the constructor logs that the compiler is not
+//   confined.
+// What stays visible either way: whether a path exists (__has_include); without Landlock
+// also a file's modification time against the program's (#pragma GCC dependency) and
+// what an assembler directive reads.
 #ifndef REPLAYD_DRIVERS_CPU_C_COMPILER_H_
 #define REPLAYD_DRIVERS_CPU_C_COMPILER_H_
 
 #include <filesystem>
+#include <optional>
 #include <string>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "drivers/driver.h"
 
 namespace replayd {
 
 struct CCompilerOptions {
-  std::string compiler = "cc";
-  absl::Duration time_limit = absl::Seconds(30);
+  std::string compiler = "cc";  // looked up in the daemon's PATH once
+  absl::Duration time_limit = absl::Seconds(30);  // for the whole compile, both runs
+  // The cage program (replayd-cc) each run of the compiler starts in. Empty: the
+  // compiler runs without Landlock (library use); the dependency check, the work
+  // directory and the environment apply either way. The daemon always sets it.
+  std::filesystem::path cage = {};
 };
+
+// The cage's exit status when it could not confine itself (the compiler did not run);
+// its standard error says why.
+inline constexpr int kCageFailed = 125;
+
+// replayd-cc beside the running program (/proc/self/exe), as the daemon is installed;
+// empty when that cannot be read.
+std::filesystem::path CageBesideThisProgram();
 
 class CCompiler {
  public:
@@ -24,11 +64,15 @@ class CCompiler {
   // it and wins). -O3: GCC vectorizes loops only from -O3, where clang does from -O2.
   static constexpr char kOptimization[] = "-O3";
 
-  explicit CCompiler(CCompilerOptions options) : options_(std::move(options)) {}
+  // Logs a warning when a cage is given but this kernel has no Landlock.
+  explicit CCompiler(CCompilerOptions options);
 
-  // Compiles `source` into a shared object at `output`. INVALID_ARGUMENT with the
-  // compiler's diagnostics on a compile error or a rejected option; DEADLINE_EXCEEDED
-  // past the time limit (the compiler is killed); INTERNAL when it cannot be started.
+  // Compiles `source` into a shared object at `output`, by way of a work directory
+  // beside it. INVALID_ARGUMENT with the compiler's diagnostics on a compile error or a
+  // rejected option, or naming (as the program wrote it, never quoting it) the first file
+  // the program includes outside the system headers; DEADLINE_EXCEEDED past the time
+  // limit (the compiler is killed); INTERNAL when the compiler or its cage cannot be
+  // started. Thread-safe.
   absl::Status Compile(const ProgramSource& source,
                        const std::filesystem::path& output) const;
 
@@ -41,19 +85,38 @@ class CCompiler {
   static absl::Status CheckOptions(const std::vector<std::string>& options);
 
  private:
+  // The compiler's system include directories, resolved; asked of it once (a failure is
+  // not remembered).
+  absl::StatusOr<std::vector<std::filesystem::path>> IncludeDirectories(absl::Time deadline) const;
+  // `argv` as run for a compile in `work`: inside the cage when there is one.
+  std::vector<std::string> Caged(const std::filesystem::path& work,
+                                 const std::vector<std::filesystem::path>& include_dirs,
+                                 std::vector<std::string> argv) const;
+
   CCompilerOptions options_;
+  std::string compiler_path_;  // options_.compiler found in PATH
+  mutable absl::Mutex mu_;
+  mutable std::optional<std::vector<std::filesystem::path>> include_dirs_ ABSL_GUARDED_BY(mu_);
+};
+
+struct ProcessOptions {
+  absl::Duration time_limit = absl::Seconds(10);
+  std::vector<std::string> environment;  // NAME=VALUE each: the whole environment
+  std::filesystem::path directory;       // where it runs; empty: where this process does
+  std::filesystem::path output_file;     // standard output, created; empty: with stderr
 };
 
 struct ProcessResult {
   int exit_code = -1;        // exit status, or -1 when killed by a signal
   bool timed_out = false;
-  std::string output;        // stdout and stderr together, capped at 64 KiB
+  std::string output;        // stderr (and stdout unless sent to a file), capped at 64 KiB
 };
 
-// Runs argv (argv[0] looked up in PATH) with a time limit, killing its process group
-// when the limit passes.
+// Runs argv (argv[0] looked up in this process's PATH) with standard input /dev/null and
+// no other descriptors but standard output and error, in a process group of its own that
+// is killed when the time limit passes. INTERNAL when it cannot be started.
 absl::StatusOr<ProcessResult> RunProcess(const std::vector<std::string>& argv,
-                                         absl::Duration time_limit);
+                                         const ProcessOptions& options);
 
 }  // namespace replayd
 

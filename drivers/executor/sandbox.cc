@@ -1,77 +1,22 @@
 #include "drivers/executor/sandbox.h"
 
 #include <fcntl.h>
-#include <linux/landlock.h>
 #include <sched.h>
 #include <seccomp.h>
-#include <sys/prctl.h>
-#include <sys/resource.h>
-#include <sys/stat.h>
-#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
-
-// Linux 6.2's; older headers lack it.
-#ifndef LANDLOCK_ACCESS_FS_TRUNCATE
-#define LANDLOCK_ACCESS_FS_TRUNCATE (1ULL << 14)
-#endif
+#include "drivers/confinement.h"
 
 namespace replayd::executor {
 namespace {
 
-absl::Status Errno(absl::string_view what) {
-  return absl::InternalError(absl::StrCat("sandbox: ", what, ": ", std::strerror(errno)));
-}
-
-// Every file-system access Landlock knows at `abi`.
-uint64_t HandledAccess(long abi) {
-  uint64_t access = (LANDLOCK_ACCESS_FS_MAKE_SYM << 1) - 1;  // ABI 1: execute ... make_sym
-  if (abi >= 2) access |= LANDLOCK_ACCESS_FS_REFER;
-  if (abi >= 3) access |= LANDLOCK_ACCESS_FS_TRUNCATE;
-  return access;
-}
-
-// Read (and for libraries execute) access beneath `path`; a path that does not exist
-// is skipped.
-absl::Status AllowReading(int ruleset, const std::filesystem::path& path) {
-  const int fd = open(path.c_str(), O_PATH | O_CLOEXEC);
-  if (fd < 0) return errno == ENOENT ? absl::OkStatus() : Errno(absl::StrCat("open ", path.string()));
-  struct stat st;
-  fstat(fd, &st);
-  struct landlock_path_beneath_attr rule = {};
-  rule.parent_fd = fd;
-  rule.allowed_access = LANDLOCK_ACCESS_FS_EXECUTE | LANDLOCK_ACCESS_FS_READ_FILE;
-  if (S_ISDIR(st.st_mode)) rule.allowed_access |= LANDLOCK_ACCESS_FS_READ_DIR;
-  const long r = syscall(SYS_landlock_add_rule, ruleset, LANDLOCK_RULE_PATH_BENEATH, &rule, 0);
-  close(fd);
-  if (r != 0) return Errno(absl::StrCat("landlock rule for ", path.string()));
-  return absl::OkStatus();
-}
-
-// False when this kernel has no Landlock.
-absl::StatusOr<bool> ConfineFiles(const std::vector<std::filesystem::path>& readable) {
-  const long abi = syscall(SYS_landlock_create_ruleset, nullptr, 0, LANDLOCK_CREATE_RULESET_VERSION);
-  if (abi < 1) return false;
-  struct landlock_ruleset_attr attr = {};
-  attr.handled_access_fs = HandledAccess(abi);
-  const int ruleset = static_cast<int>(syscall(SYS_landlock_create_ruleset, &attr, sizeof(attr), 0));
-  if (ruleset < 0) return Errno("landlock ruleset");
-  std::vector<std::filesystem::path> paths = readable;
-  for (const char* system : {"/usr/lib", "/usr/lib64", "/lib", "/lib64", "/etc/ld.so.cache"}) paths.emplace_back(system);
-  for (const std::filesystem::path& p : paths) {
-    if (absl::Status s = AllowReading(ruleset, p); !s.ok()) {
-      close(ruleset);
-      return s;
-    }
-  }
-  const long r = syscall(SYS_landlock_restrict_self, ruleset, 0);
-  close(ruleset);
-  if (r != 0) return Errno("landlock restrict");
-  return true;
+// A confinement step's failure, as the sandbox's.
+absl::Status SandboxError(const absl::Status& failed) {
+  return absl::InternalError(absl::StrCat("sandbox: ", failed.message()));
 }
 
 absl::Status ConfineSystemCalls() {
@@ -121,17 +66,14 @@ absl::Status ConfineSystemCalls() {
 }  // namespace
 
 absl::StatusOr<SandboxReport> Confine(const SandboxOptions& options) {
-  if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0) return Errno("no_new_privs");
-  const struct rlimit no_core = {0, 0};
-  if (setrlimit(RLIMIT_CORE, &no_core) != 0) return Errno("RLIMIT_CORE");
-  if (options.address_space > 0) {
-    const struct rlimit as = {options.address_space, options.address_space};
-    if (setrlimit(RLIMIT_AS, &as) != 0) return Errno("RLIMIT_AS");
-  }
+  if (absl::Status s = LimitProcess(options.address_space); !s.ok()) return SandboxError(s);
+  FileAccess files;
+  files.readable = options.readable;
+  files.readable.insert(files.readable.end(), std::begin(kSystemLibraryPaths), std::end(kSystemLibraryPaths));
+  absl::StatusOr<bool> confined = ConfineFiles(files);
+  if (!confined.ok()) return SandboxError(confined.status());
   SandboxReport report;
-  absl::StatusOr<bool> files = ConfineFiles(options.readable);
-  if (!files.ok()) return files.status();
-  report.landlock = *files;
+  report.landlock = *confined;
   if (absl::Status s = ConfineSystemCalls(); !s.ok()) return s;
   return report;
 }

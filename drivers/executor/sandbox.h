@@ -12,8 +12,9 @@
 //   processes, mounts, namespaces, ...) fails with EPERM; clone3 answers ENOSYS so that
 //   the C library falls back to clone, which is allowed only for threads.
 //
-// Landlock needs Linux 5.13 with it enabled; where it is missing the rest still applies
-// and the result says so.
+// The no-new-privileges, limit and Landlock steps are drivers/confinement.h's, shared with
+// the cpu-c compiler's cage. Landlock needs Linux 5.13 with it enabled; where it is
+// missing the rest still applies and the result says so.
 #ifndef REPLAYD_DRIVERS_EXECUTOR_SANDBOX_H_
 #define REPLAYD_DRIVERS_EXECUTOR_SANDBOX_H_
 

@@ -1,0 +1,225 @@
+// The cpu-c compiler's containment with the real compiler and real files: the dependency
+// check (with and without the cage), the cage itself, the work directory and the
+// environment.
+#include "drivers/cpu/c_compiler.h"
+
+#include <gmock/gmock.h>
+#include <stdlib.h>
+
+#include <fstream>
+#include <iterator>
+
+#include "drivers/confinement.h"
+#include "tests/support/status_macros.h"
+#include "tests/support/temp_dir.h"
+
+namespace replayd {
+namespace {
+
+using ::testing::AnyOf;
+using ::testing::HasSubstr;
+using ::testing::Not;
+
+constexpr char kSecret[] = "REPLAYD-SECRET-7f3a9c";
+
+std::string FirstLine(const std::filesystem::path& path) {
+  std::ifstream in(path);
+  std::string line;
+  std::getline(in, line);
+  return line;
+}
+
+std::vector<std::string> Entries(const std::filesystem::path& dir) {
+  std::vector<std::string> names;
+  for (const auto& entry : std::filesystem::directory_iterator(dir)) names.push_back(entry.path().filename());
+  return names;
+}
+
+// A shell script as the compiler: it answers the include-directory question as the real
+// compiler does, and runs `body` for every compile.
+std::filesystem::path FakeCompiler(const std::filesystem::path& dir, const std::string& body) {
+  const std::filesystem::path script = dir / "fake-cc";
+  std::ofstream(script) << "#!/bin/sh\nif [ \"$2\" = -v ]; then exec cc \"$@\"; fi\n" << body << "\n";
+  std::filesystem::permissions(script, std::filesystem::perms::owner_all);
+  return script;
+}
+
+// Each case runs without the cage (the dependency check alone, as on a kernel without
+// Landlock) and in it.
+class CCompilerContainmentTest : public ::testing::TestWithParam<bool> {
+ protected:
+  CCompilerContainmentTest() {
+    std::ofstream(secrets_.path() / "secret.h") << kSecret << " 'unterminated\n#include <no_such_header.h>\n";
+  }
+
+  CCompilerOptions Options(std::string compiler = "cc") const {
+    CCompilerOptions options{std::move(compiler), absl::Seconds(30), {}};
+    if (GetParam()) options.cage = REPLAYD_CC_BINARY;
+    return options;
+  }
+
+  absl::Status Compile(const std::string& code, const CCompiler& compiler) {
+    return compiler.Compile({"cpu-c", code, "k", {}, {}}, out_.path() / "k.so");
+  }
+  absl::Status Compile(const std::string& code) { return Compile(code, CCompiler(Options())); }
+
+  TempDir secrets_;  // a directory the daemon can read, outside the system headers
+  TempDir out_;      // where the artifact goes (the compile cache's place)
+};
+
+INSTANTIATE_TEST_SUITE_P(Cage, CCompilerContainmentTest, ::testing::Bool(),
+                         [](const auto& info) { return info.param ? "Caged" : "Uncaged"; });
+
+TEST_P(CCompilerContainmentTest, IncludesOutsideTheSystemHeadersAreRefusedWithoutQuotingThem) {
+  const std::string secret = (secrets_.path() / "secret.h").string();
+  const std::string passwd = FirstLine("/etc/passwd");
+  const std::string hostname = FirstLine("/etc/hostname");
+  for (const std::string& code : std::vector<std::string>{
+           std::string("#include \"/etc/passwd\"\nvoid k(void) {}"),
+           std::string("#include \"../../../../../../../../etc/hostname\"\nvoid k(void) {}"),
+           std::string("#include \"/usr/include/../../etc/passwd\"\nvoid k(void) {}"),
+           std::string("#define F \"/etc/passwd\"\n#include F\nvoid k(void) {}"),
+           "#include \"" + secret + "\"\nvoid k(void) {}",
+           // #line makes the diagnostics quote the file it names, included or not
+           "#line 1 \"" + secret + "\"\nint x = ;\nvoid k(void) {}",
+           std::string("# 1 \"/etc/passwd\"\nint x = ;\nvoid k(void) {}"),
+       }) {
+    absl::Status st = Compile(code);
+    EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument) << code << "\n" << st;
+    const std::string message(st.message());
+    EXPECT_THAT(message, AnyOf(HasSubstr("outside the system headers"), HasSubstr("Permission denied"))) << code;
+    EXPECT_THAT(message, Not(HasSubstr(kSecret))) << code;
+    EXPECT_THAT(message, Not(HasSubstr("no_such_header"))) << code;  // a line of secret.h
+    if (!passwd.empty()) {
+      EXPECT_THAT(message, Not(HasSubstr(passwd))) << code;
+    }
+    if (hostname.size() >= 4) {
+      EXPECT_THAT(message, Not(HasSubstr(hostname))) << code;
+    }
+    EXPECT_TRUE(Entries(out_.path()).empty()) << code;  // no artifact, no work directory left
+  }
+}
+
+TEST_P(CCompilerContainmentTest, AssemblerDirectivesCannotReadOtherFilesInTheCage) {
+  if (!GetParam()) GTEST_SKIP() << "without the cage the dependency check covers the preprocessor only";
+  if (!LandlockAvailable()) GTEST_SKIP() << "this kernel has no Landlock: the cage cannot confine file access";
+  const std::string passwd = FirstLine("/etc/passwd");
+  for (std::string directive : {".incbin", ".include"}) {
+    absl::Status st = Compile("__asm__(\"" + directive + " \\\"/etc/passwd\\\"\");\nvoid k(void) {}");
+    EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument) << directive << ": " << st;
+    if (!passwd.empty()) {
+      EXPECT_THAT(std::string(st.message()), Not(HasSubstr(passwd))) << directive;
+    }
+  }
+  EXPECT_TRUE(Entries(out_.path()).empty());
+}
+
+TEST_P(CCompilerContainmentTest, OnlyTheProgramIsNamedWhenTheCheckRefusesIt) {
+  absl::Status st = Compile("#include \"../../../../../../../../etc/hostname\"\nvoid k(void) {}");
+  if (!GetParam()) {
+    EXPECT_EQ(st.message(), "cpu-c program includes a file outside the system headers: "
+                            "\"../../../../../../../../etc/hostname\"");
+  }
+  EXPECT_THAT(std::string(st.message()), Not(HasSubstr(out_.path().string())));  // nor where it was compiled
+}
+
+TEST_P(CCompilerContainmentTest, SystemHeadersStillCompile) {
+  absl::Status st = Compile(
+      "#include <stdio.h>\n#include <math.h>\n#include <stdint.h>\n#include \"stddef.h\"\n"
+      "volatile float sink;\nvoid k(void) { sink = sinf((float)INT32_MAX); printf(\"%zu\", sizeof(size_t)); }");
+  EXPECT_TRUE(st.ok()) << st;
+  EXPECT_THAT(Entries(out_.path()), ::testing::ElementsAre("k.so"));  // the work directory is gone
+}
+
+TEST_P(CCompilerContainmentTest, ErrorsInTheProgramAreStillShown) {
+  absl::Status missing = Compile("#include <no_such_header.h>\nvoid k(void) {}");
+  EXPECT_EQ(missing.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(missing.message()), HasSubstr("program.c:1"));
+  EXPECT_THAT(std::string(missing.message()), HasSubstr("no_such_header.h"));
+  absl::Status syntax = Compile("#include <stdio.h>\nvoid k(void) { undefined_name(); }");
+  EXPECT_EQ(syntax.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(syntax.message()), HasSubstr("program.c:2"));
+  EXPECT_THAT(std::string(syntax.message()), HasSubstr("undefined_name"));
+  EXPECT_TRUE(Entries(out_.path()).empty());
+}
+
+TEST_P(CCompilerContainmentTest, TheCompilerGetsItsOwnEnvironment) {
+  setenv("REPLAYD_DAEMON_ONLY", "daemon-value", 1);
+  CCompiler compiler(Options(FakeCompiler(secrets_.path(), "env >&2; exit 1")));
+  absl::Status st = Compile("void k(void) {}", compiler);
+  unsetenv("REPLAYD_DAEMON_ONLY");
+  EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument) << st;
+  const std::string message(st.message());
+  EXPECT_THAT(message, HasSubstr("PATH=/usr/bin:/bin"));
+  EXPECT_THAT(message, HasSubstr("LC_ALL=C"));
+  EXPECT_THAT(message, HasSubstr("TMPDIR="));
+  EXPECT_THAT(message, Not(HasSubstr("REPLAYD_DAEMON_ONLY")));
+  EXPECT_THAT(message, Not(HasSubstr("HOME=")));
+  EXPECT_TRUE(Entries(out_.path()).empty());
+}
+
+TEST_P(CCompilerContainmentTest, TimeLimitKillsTheCompiler) {
+  CCompilerOptions options = Options(FakeCompiler(secrets_.path(), "exec sleep 30"));
+  options.time_limit = absl::Seconds(2);
+  CCompiler compiler(options);
+  const absl::Time start = absl::Now();
+  absl::Status st = Compile("void k(void) {}", compiler);
+  EXPECT_EQ(st.code(), absl::StatusCode::kDeadlineExceeded) << st;
+  EXPECT_LT(absl::Now() - start, absl::Seconds(15));
+  EXPECT_TRUE(Entries(out_.path()).empty());
+}
+
+// The cage itself, on whatever it is asked to run.
+class CompilerCageTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (!LandlockAvailable()) GTEST_SKIP() << "this kernel has no Landlock: the cage cannot confine file access";
+  }
+
+  ProcessResult Run(std::vector<std::string> command) {
+    std::vector<std::string> argv = {REPLAYD_CC_BINARY, "--work=" + work_.path().string(), "--"};
+    argv.insert(argv.end(), command.begin(), command.end());
+    ProcessOptions options;
+    options.environment = {"PATH=/usr/bin:/bin"};
+    options.directory = work_.path();
+    absl::StatusOr<ProcessResult> result = RunProcess(argv, options);
+    EXPECT_TRUE(result.ok()) << result.status();
+    return result.ok() ? *result : ProcessResult{};
+  }
+
+  TempDir work_;
+  TempDir elsewhere_;
+};
+
+TEST_F(CompilerCageTest, ReadsOnlyTheToolchainAndWritesOnlyTheWorkDirectory) {
+  std::ofstream(elsewhere_.path() / "secret") << kSecret;
+  ProcessResult read_passwd = Run({"cat", "/etc/passwd"});
+  EXPECT_NE(read_passwd.exit_code, 0);
+  EXPECT_THAT(read_passwd.output, HasSubstr("Permission denied"));
+  ProcessResult read_secret = Run({"cat", (elsewhere_.path() / "secret").string()});
+  EXPECT_NE(read_secret.exit_code, 0);
+  EXPECT_THAT(read_secret.output, Not(HasSubstr(kSecret)));
+  const std::string outside = (elsewhere_.path() / "written").string();
+  EXPECT_NE(Run({"sh", "-c", "echo x > " + outside}).exit_code, 0);
+  EXPECT_FALSE(std::filesystem::exists(outside));
+
+  // What a compile needs still works: the toolchain runs, the work directory is its own.
+  ProcessResult inside = Run({"sh", "-c", "echo x > made && cat made && head -c 4 /usr/bin/env > copy"});
+  EXPECT_EQ(inside.exit_code, 0) << inside.output;
+  EXPECT_TRUE(std::filesystem::exists(work_.path() / "made"));
+}
+
+TEST_F(CompilerCageTest, NetworkSocketsAreRefused) {
+  ProcessResult result = Run({"/usr/bin/python3", "-c", "import socket\nsocket.socket()"});
+  EXPECT_NE(result.exit_code, 0);
+  EXPECT_THAT(result.output, HasSubstr("Operation not permitted"));
+}
+
+TEST_F(CompilerCageTest, ACageThatCannotStartSaysSo) {
+  ProcessResult result = Run({"/nonexistent/cc"});
+  EXPECT_EQ(result.exit_code, kCageFailed);
+  EXPECT_THAT(result.output, HasSubstr("cannot run /nonexistent/cc"));
+}
+
+}  // namespace
+}  // namespace replayd
