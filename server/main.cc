@@ -124,6 +124,7 @@ int main(int argc, char** argv) {
   options.cpu.memory_limit = absl::GetFlag(FLAGS_cpu_memory_limit);
   options.cpu.compiler.compiler = absl::GetFlag(FLAGS_cpu_cc);
   options.cpu.compiler.time_limit = absl::Seconds(absl::GetFlag(FLAGS_cpu_compile_timeout_seconds));
+  options.cpu.compiler.cage = replayd::CageBesideThisProgram();  // every compile in replayd-cc
   options.cpu.threads = absl::GetFlag(FLAGS_cpu_threads);
   options.isolation = absl::GetFlag(FLAGS_isolation);
   options.executor_timeout = absl::Seconds(absl::GetFlag(FLAGS_executor_timeout_seconds));
