@@ -2,7 +2,7 @@
 # The demo job on a fresh Debian 12 machine: install what is missing, build, start
 # replayd on loopback with the CPU device (or $REPLAYD_DEMO_DEVICE, e.g. cuda:0), run
 # `replayctl demo`, stop the daemon. $REPLAYD_DEMO_FLAGS go to the daemon (for example
-# --isolation=executor).
+# --isolation=shared).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # Only the daemon and the client: the test suite is not needed to run the demo.

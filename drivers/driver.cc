@@ -14,4 +14,8 @@ absl::string_view DeviceKindName(DeviceKind kind) {
   return "unknown";
 }
 
+absl::string_view IsolationName(Isolation isolation) {
+  return isolation == Isolation::kShared ? "shared" : "process";
+}
+
 }  // namespace replayd

@@ -184,6 +184,23 @@ class Context {
   virtual absl::Status health() const { return absl::OkStatus(); }
 };
 
+// Where a context's device work runs.
+enum class Isolation {
+  kProcess,  // in a process of the tenant's own, where the device supports it (cpu)
+  kShared,   // in the daemon's process, beside every other tenant: for trusted tenants
+};
+
+absl::string_view IsolationName(Isolation isolation);  // "process", "shared"
+
+// What a context is opened for.
+struct ContextOptions {
+  std::string tenant;
+  Isolation isolation = Isolation::kProcess;
+  // Longest one command of the context (a launch, a graph replay, a transfer) may run in
+  // a process of its own before the process is ended; zero: the device's default.
+  absl::Duration max_launch = absl::ZeroDuration();
+};
+
 class Device {
  public:
   virtual ~Device() = default;
@@ -198,9 +215,10 @@ class Device {
   // time limit.
   virtual absl::Status Compile(const ProgramSource& source, const std::filesystem::path& output) = 0;
 
-  // A new context for one session of `tenant`. A device that keeps tenants apart (the
-  // executor device) runs it in that tenant's process; the others ignore the tenant.
-  virtual absl::StatusOr<std::unique_ptr<Context>> OpenContext(absl::string_view tenant) = 0;
+  // A new context for one session of `options.tenant`. A device that keeps tenants apart
+  // (the executor device) runs it as `options` say; the others run every context in the
+  // daemon's process and ignore the options.
+  virtual absl::StatusOr<std::unique_ptr<Context>> OpenContext(const ContextOptions& options) = 0;
 };
 
 class Driver {

@@ -15,6 +15,7 @@
 
 #include "absl/status/status.h"
 #include "absl/time/time.h"
+#include "drivers/driver.h"
 
 namespace replayd {
 
@@ -40,6 +41,10 @@ struct TenantLimits {
   Quotas quotas = {};
   uint32_t weight = 1;  // share of device time while tenants compete, 1 to kMaxWeight
   Priority priority = Priority::kBatch;
+  // Where its device work runs, and the longest one command may run there (zero: the
+  // device's default); see ContextOptions.
+  Isolation isolation = Isolation::kProcess;
+  absl::Duration max_launch = absl::ZeroDuration();
 };
 inline constexpr uint32_t kMaxWeight = 1000;
 

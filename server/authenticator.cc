@@ -51,16 +51,15 @@ absl::Status CheckFormat(const Tenant& tenant, absl::string_view format) {
   if (!Allowed(tenant.formats, format))
     return absl::PermissionDeniedError(
         absl::StrCat("tenant ", tenant.name, " may not load programs of format ", format.substr(0, 64)));
-  if (format == "cpu-c" && !tenant.trusted)
-    return absl::PermissionDeniedError(absl::StrCat(
-        "tenant ", tenant.name, " is not trusted: cpu-c runs native code inside the daemon"));
   return absl::OkStatus();
 }
 
 namespace {
 
-Tenant DefaultTenant() {
+Tenant DefaultTenant(const TenantDefaults& defaults) {
   Tenant t{"default", {}, {}, /*trusted=*/true, /*admin=*/true, {}};
+  t.limits.isolation = defaults.isolation;
+  t.limits.max_launch = defaults.max_launch;
   t.limits.quotas[static_cast<size_t>(Resource::kSessions)] = kDefaultTenantSessions;
   t.limits.quotas[static_cast<size_t>(Resource::kPrograms)] = kDefaultTenantPrograms;
   t.limits.quotas[static_cast<size_t>(Resource::kGraphs)] = kDefaultTenantGraphs;
@@ -69,9 +68,11 @@ Tenant DefaultTenant() {
 
 }  // namespace
 
-Authenticator::Authenticator() : open_tenant_(std::make_shared<const Tenant>(DefaultTenant())) {}
+Authenticator::Authenticator(TenantDefaults defaults)
+    : defaults_(defaults), open_tenant_(std::make_shared<const Tenant>(DefaultTenant(defaults))) {}
 
-absl::StatusOr<std::vector<Authenticator::Entry>> Authenticator::Parse(const std::filesystem::path& path) {
+absl::StatusOr<std::vector<Authenticator::Entry>> Authenticator::Parse(const std::filesystem::path& path,
+                                                                       const TenantDefaults& defaults) {
   std::ifstream in(path);
   if (!in) return absl::InvalidArgumentError(absl::StrCat("cannot read tenants file ", path.string()));
   std::stringstream text;
@@ -96,8 +97,23 @@ absl::StatusOr<std::vector<Authenticator::Entry>> Authenticator::Parse(const std
     if (!digests.insert(digest).second) return absl::InvalidArgumentError(absl::StrCat(where, ": token used twice"));
     if (p.weight() > kMaxWeight)
       return absl::InvalidArgumentError(absl::StrCat(where, ": weight ", p.weight(), " is not in [1, ", kMaxWeight, "]"));
+    if (p.isolation() == v1::ISOLATION_SHARED && !p.trusted())
+      return absl::InvalidArgumentError(
+          absl::StrCat(where, ": isolation ISOLATION_SHARED runs in the daemon's process and needs trusted: true"));
+    if (p.isolation() != v1::ISOLATION_DEFAULT && p.isolation() != v1::ISOLATION_PROCESS &&
+        p.isolation() != v1::ISOLATION_SHARED)
+      return absl::InvalidArgumentError(absl::StrCat(where, ": isolation ", p.isolation(), " is not known"));
+    if (p.max_launch_seconds() > kMaxLaunchSeconds)
+      return absl::InvalidArgumentError(absl::StrCat(where, ": max_launch_seconds ", p.max_launch_seconds(),
+                                                     " is more than ", kMaxLaunchSeconds));
     Tenant t{p.name(), {p.devices().begin(), p.devices().end()}, {p.formats().begin(), p.formats().end()},
              p.trusted(), p.admin(), {}};
+    Isolation isolation = p.isolation() == v1::ISOLATION_DEFAULT ? defaults.isolation
+                          : p.isolation() == v1::ISOLATION_SHARED ? Isolation::kShared
+                                                                  : Isolation::kProcess;
+    t.limits.isolation = p.trusted() ? isolation : Isolation::kProcess;
+    t.limits.max_launch =
+        p.max_launch_seconds() > 0 ? absl::Seconds(p.max_launch_seconds()) : defaults.max_launch;
     const v1::Quotas& q = p.quotas();
     t.limits.quotas = {q.memory_bytes(), q.sessions(), q.programs(), q.graphs(), q.queued()};
     t.limits.weight = std::max<uint32_t>(p.weight(), 1);
@@ -110,10 +126,11 @@ absl::StatusOr<std::vector<Authenticator::Entry>> Authenticator::Parse(const std
   return entries;
 }
 
-absl::StatusOr<std::unique_ptr<Authenticator>> Authenticator::FromFile(const std::filesystem::path& path) {
-  absl::StatusOr<std::vector<Entry>> entries = Parse(path);
+absl::StatusOr<std::unique_ptr<Authenticator>> Authenticator::FromFile(const std::filesystem::path& path,
+                                                                        TenantDefaults defaults) {
+  absl::StatusOr<std::vector<Entry>> entries = Parse(path, defaults);
   if (!entries.ok()) return entries.status();
-  auto a = std::make_unique<Authenticator>();
+  auto a = std::make_unique<Authenticator>(defaults);
   a->path_ = path;
   absl::MutexLock lock(&a->mu_);
   a->entries_ = std::move(*entries);
@@ -122,7 +139,7 @@ absl::StatusOr<std::unique_ptr<Authenticator>> Authenticator::FromFile(const std
 
 absl::Status Authenticator::Reload() {
   if (open()) return absl::OkStatus();
-  absl::StatusOr<std::vector<Entry>> entries = Parse(path_);
+  absl::StatusOr<std::vector<Entry>> entries = Parse(path_, defaults_);
   if (!entries.ok()) return entries.status();
   absl::MutexLock lock(&mu_);
   entries_ = std::move(*entries);

@@ -1,5 +1,9 @@
 #include "server/daemon.h"
 
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
 #include <fstream>
 #include <sstream>
 
@@ -41,17 +45,11 @@ absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> ServerCredentials(const
   return grpc::SslServerCredentials(ssl);
 }
 
-// `device` wrapped in an executor device when `options` isolate its kind.
-absl::StatusOr<std::unique_ptr<Device>> Isolated(std::unique_ptr<Device> device, const DaemonOptions& options) {
-  if (options.isolation == "none") return device;
-  if (options.isolation != "executor")
-    return absl::InvalidArgumentError(
-        absl::StrCat("isolation \"", options.isolation, "\" is not known (known: none, executor)"));
-  if (device->info().kind != DeviceKind::kCpu) {
-    spdlog::warn("{}: runs in the daemon's process: executors host cpu devices only in this release",
-                 device->info().id);
-    return device;
-  }
+// A cpu device served through executors: a tenant's contexts run in a process of the
+// tenant's own, or in the daemon's process when its policy is Isolation::kShared; both kinds
+// of context draw on the device's one memory account.
+absl::StatusOr<std::unique_ptr<Device>> WithExecutors(std::unique_ptr<CpuDevice> device,
+                                                      const DaemonOptions& options) {
   executor::ExecutorOptions executor;
   executor.binary = options.executor_binary;
   if (executor.binary.empty()) {
@@ -60,15 +58,20 @@ absl::StatusOr<std::unique_ptr<Device>> Isolated(std::unique_ptr<Device> device,
     if (ec) return absl::InternalError(absl::StrCat("cannot find this program's directory: ", ec.message()));
     executor.binary = self.parent_path() / "replayd-executor";
   }
+  if (access(executor.binary.c_str(), X_OK) != 0)
+    return absl::FailedPreconditionError(absl::StrCat("executor program ", executor.binary.string(),
+                                                      " cannot be run: ", std::strerror(errno)));
   // The executor reads artifacts from the compile cache and no other file of its own.
   std::error_code ec;
   const std::filesystem::path artifacts = std::filesystem::weakly_canonical(options.engine.cache_dir, ec);
   executor.device_args = {"--device=cpu", absl::StrCat("--artifacts=", (ec ? options.engine.cache_dir : artifacts).string()),
                           absl::StrCat("--memory_limit=", device->info().total_memory),
                           absl::StrCat("--threads=", options.cpu.threads)};
-  executor.command_timeout = options.executor_timeout;
-  spdlog::info("{}: each tenant's work runs in an executor ({})", device->info().id, executor.binary.string());
-  return std::unique_ptr<Device>(std::make_unique<executor::ExecutorDevice>(std::move(device), executor));
+  executor.command_timeout = options.tenant_defaults.max_launch;
+  spdlog::info("{}: tenants run in executors ({}) unless their isolation is shared; default isolation {}",
+               device->info().id, executor.binary.string(), std::string(IsolationName(options.tenant_defaults.isolation)));
+  DeviceMemory& memory = device->memory();
+  return std::unique_ptr<Device>(std::make_unique<executor::ExecutorDevice>(std::move(device), memory, executor));
 }
 
 }  // namespace
@@ -106,16 +109,26 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(DaemonOptions options) {
     for (auto& d : *found) {
       spdlog::info("device {}: {} ({} bytes, {})", d->info().id, d->info().name, d->info().total_memory,
                    d->info().driver_version);
-      absl::StatusOr<std::unique_ptr<Device>> served = Isolated(std::move(d), options);
-      if (!served.ok()) return served.status();
-      devices.push_back(std::move(*served));
+      if (d->info().kind == DeviceKind::kCpu) {
+        // CpuDriver makes CpuDevices.
+        absl::StatusOr<std::unique_ptr<Device>> served =
+            WithExecutors(std::unique_ptr<CpuDevice>(static_cast<CpuDevice*>(d.release())), options);
+        if (!served.ok()) return served.status();
+        d = std::move(*served);
+      } else {
+        spdlog::warn("{}: every tenant's work runs in the daemon's process: executors host cpu devices only in "
+                     "this release",
+                     d->info().id);
+      }
+      devices.push_back(std::move(d));
     }
   }
   std::unique_ptr<Daemon> daemon(new Daemon());
   if (options.tenants_file.empty()) {
-    daemon->auth_ = std::make_unique<Authenticator>();
+    daemon->auth_ = std::make_unique<Authenticator>(options.tenant_defaults);
   } else {
-    absl::StatusOr<std::unique_ptr<Authenticator>> auth = Authenticator::FromFile(options.tenants_file);
+    absl::StatusOr<std::unique_ptr<Authenticator>> auth =
+        Authenticator::FromFile(options.tenants_file, options.tenant_defaults);
     if (!auth.ok()) return auth.status();
     daemon->auth_ = std::move(*auth);
     spdlog::info("tenants: {} from {}", daemon->auth_->tenant_count(), options.tenants_file.string());

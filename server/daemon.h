@@ -49,12 +49,13 @@ struct DaemonOptions {
 #ifdef REPLAYD_WITH_HIP
   HipDriverOptions hip;
 #endif
-  // "executor": each tenant's work on cpu devices runs in a replayd-executor process of
-  // its own (drivers/executor), so a kernel that crashes ends only that process; "none":
-  // in the daemon's process.
-  std::string isolation = "none";
+  // For tenants whose policy says nothing (and `default`, without a tenants file): where
+  // their device work runs and the longest one launch may run there. kProcess: a
+  // replayd-executor process per tenant and cpu device (drivers/executor), so a kernel
+  // that crashes ends only that process; kShared: the daemon's process, for trusted
+  // tenants only (untrusted ones get kProcess whatever this says).
+  TenantDefaults tenant_defaults;
   std::filesystem::path executor_binary;  // empty: replayd-executor beside this program
-  absl::Duration executor_timeout = absl::Seconds(60);  // longest one executor command
   SessionStreamOptions streams;        // Session streams: window and polling threads
   std::filesystem::path tenants_file;  // empty: one tenant, default, without authentication
   // TLS: a PEM certificate chain and key; with a client CA, clients must present a

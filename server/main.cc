@@ -67,12 +67,13 @@ ABSL_FLAG(absl::Duration, batch_max_wait, absl::Milliseconds(20),
 ABSL_FLAG(bool, cpu_batch_idle, true,
           "on CPU devices, batch turns run their thread at SCHED_IDLE while interactive work is about, so "
           "interactive requests get the CPU at once (needs CAP_SYS_NICE; off with a warning without it)");
-ABSL_FLAG(std::string, isolation, "none",
-          "executor: run each tenant's work on cpu devices in a process of its own, so a faulting kernel ends "
-          "only that process; none: in the daemon's process");
-ABSL_FLAG(int, executor_timeout_seconds, 60,
-          "with --isolation=executor, the longest one launch, replay or transfer may run before its executor "
-          "is ended");
+ABSL_FLAG(std::string, isolation, "process",
+          "where a tenant's device work runs unless the tenants file says: process (a process of its own per "
+          "tenant and cpu device, so a faulting kernel ends only that process) or shared (the daemon's "
+          "process; trusted tenants only, untrusted ones run in a process of their own)");
+ABSL_FLAG(int, max_launch_seconds, 60,
+          "unless the tenants file says: the longest one launch, replay or transfer may run in a tenant's "
+          "process before the process is ended (1 to 604800)");
 ABSL_FLAG(int, shutdown_grace_seconds, 5, "time calls in flight get to finish at shutdown");
 
 // How long past the grace a stop may take (closing sessions, joining threads) before the
@@ -126,8 +127,17 @@ int main(int argc, char** argv) {
   options.cpu.compiler.time_limit = absl::Seconds(absl::GetFlag(FLAGS_cpu_compile_timeout_seconds));
   options.cpu.compiler.cage = replayd::CageBesideThisProgram();  // every compile in replayd-cc
   options.cpu.threads = absl::GetFlag(FLAGS_cpu_threads);
-  options.isolation = absl::GetFlag(FLAGS_isolation);
-  options.executor_timeout = absl::Seconds(absl::GetFlag(FLAGS_executor_timeout_seconds));
+  const std::string isolation = absl::GetFlag(FLAGS_isolation);
+  const int max_launch = absl::GetFlag(FLAGS_max_launch_seconds);
+  if ((isolation != "process" && isolation != "shared") || max_launch < 1 ||
+      max_launch > static_cast<int>(replayd::kMaxLaunchSeconds)) {
+    spdlog::error("--isolation must be process or shared, --max_launch_seconds in [1, {}]",
+                  replayd::kMaxLaunchSeconds);
+    return 2;
+  }
+  options.tenant_defaults.isolation =
+      isolation == "shared" ? replayd::Isolation::kShared : replayd::Isolation::kProcess;
+  options.tenant_defaults.max_launch = absl::Seconds(max_launch);
 #ifdef REPLAYD_WITH_CUDA
   absl::StatusOr<replayd::CudaContextPolicy> cuda_context =
       replayd::ParseCudaContextPolicy(absl::GetFlag(FLAGS_cuda_context));

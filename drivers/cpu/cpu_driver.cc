@@ -274,6 +274,6 @@ absl::Status CpuDevice::Compile(const ProgramSource& source, const std::filesyst
   return compiler_.Compile(source, output);
 }
 
-absl::StatusOr<std::unique_ptr<Context>> CpuDevice::OpenContext(absl::string_view) { return std::make_unique<CpuContext>(this); }
+absl::StatusOr<std::unique_ptr<Context>> CpuDevice::OpenContext(const ContextOptions&) { return std::make_unique<CpuContext>(this); }
 
 }  // namespace replayd

@@ -38,7 +38,7 @@ class CpuDevice : public Device {
   const DeviceInfo& info() const override { return info_; }
   uint64_t memory_in_use() const override { return memory_.in_use(); }
   absl::Status Compile(const ProgramSource& source, const std::filesystem::path& output) override;
-  absl::StatusOr<std::unique_ptr<Context>> OpenContext(absl::string_view tenant) override;
+  absl::StatusOr<std::unique_ptr<Context>> OpenContext(const ContextOptions& options) override;
 
   DeviceMemory& memory() { return memory_; }
   ThreadPool& pool() { return pool_; }

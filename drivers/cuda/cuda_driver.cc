@@ -163,7 +163,7 @@ class CudaDevice : public Device {
   const DeviceInfo& info() const override { return info_; }
   uint64_t memory_in_use() const override { return memory_.in_use(); }
   absl::Status Compile(const ProgramSource& source, const std::filesystem::path& output) override;
-  absl::StatusOr<std::unique_ptr<Context>> OpenContext(absl::string_view tenant) override;
+  absl::StatusOr<std::unique_ptr<Context>> OpenContext(const ContextOptions& options) override;
 
   const CudaLibrary& cu() const { return *cu_; }
   DeviceMemory& memory() { return memory_; }
@@ -584,7 +584,7 @@ void CudaDevice::LeavePrimary() {
   });
 }
 
-absl::StatusOr<std::unique_ptr<Context>> CudaDevice::OpenContext(absl::string_view) {
+absl::StatusOr<std::unique_ptr<Context>> CudaDevice::OpenContext(const ContextOptions&) {
   const bool primary = options_.context == CudaContextPolicy::kPrimary;
   CUcontext ctx = nullptr;
   uint64_t id = 0;

@@ -326,7 +326,7 @@ absl::StatusOr<std::shared_ptr<Executor>> Executor::Start(const ExecutorOptions&
 
 Executor::Executor(const ExecutorOptions& options, std::string tenant, std::string device, DeviceMemory& memory,
                    Channel control, int socket, pid_t pid)
-    : command_timeout_(options.command_timeout), tenant_(std::move(tenant)), device_(std::move(device)),
+    : command_timeout_ns_(absl::ToInt64Nanoseconds(options.command_timeout)), tenant_(std::move(tenant)), device_(std::move(device)),
       memory_(memory), socket_(socket), pid_(pid), address_space_(next_address_space++),
       control_(std::make_shared<Link>(std::move(control))) {}
 
@@ -339,6 +339,10 @@ Executor::~Executor() {
   }
   memory_.Release(reserved_);
   close(socket_);
+}
+
+void Executor::set_command_timeout(absl::Duration timeout) {
+  command_timeout_ns_.store(absl::ToInt64Nanoseconds(timeout), std::memory_order_relaxed);
 }
 
 absl::Status Executor::health() const {
@@ -425,12 +429,15 @@ absl::StatusOr<Reply> Executor::Call(Link& link, const Request& request, absl::s
     return absl::InternalError("a transfer larger than the executor channel's data area");
   request.SerializeToArray(message.data(), static_cast<int>(message.size()));
   if (!in.empty()) std::memcpy(channel.data().data(), in.data(), in.size());
+  const absl::Duration timeout = absl::Nanoseconds(command_timeout_ns_.load(std::memory_order_relaxed));
   channel.PostRequest(size);
   absl::StatusOr<uint64_t> bytes =
-      channel.AwaitReply(absl::Now() + command_timeout_, [&] { return Reaped(what) || !health().ok(); });
+      channel.AwaitReply(absl::Now() + timeout, [&] { return Reaped(what) || !health().ok(); });
   if (!bytes.ok()) {
     if (bytes.status().code() == absl::StatusCode::kDeadlineExceeded) {
-      End(absl::StrCat("was ended: ", what, " ran past the time limit of ", absl::FormatDuration(command_timeout_)));
+      End(absl::StrCat("was ended: ", what, " ran past the time limit of ", absl::FormatDuration(timeout)));
+      // This command ran out of time; the executor's later commands find it ended.
+      return absl::DeadlineExceededError(health().message());
     } else if (health().ok()) {
       End(absl::StrCat("failed: ", bytes.status().message()));
     }
@@ -445,12 +452,16 @@ absl::StatusOr<Reply> Executor::Call(Link& link, const Request& request, absl::s
   return link.reply;
 }
 
-ExecutorDevice::ExecutorDevice(std::unique_ptr<Device> inner, ExecutorOptions options)
-    : inner_(std::move(inner)), options_(std::move(options)), memory_(inner_->info().total_memory) {}
+ExecutorDevice::ExecutorDevice(std::unique_ptr<Device> inner, DeviceMemory& memory, ExecutorOptions options)
+    : inner_(std::move(inner)), options_(std::move(options)), memory_(memory) {}
 
 ExecutorDevice::~ExecutorDevice() = default;
 
-absl::StatusOr<std::unique_ptr<Context>> ExecutorDevice::OpenContext(absl::string_view tenant) {
+absl::StatusOr<std::unique_ptr<Context>> ExecutorDevice::OpenContext(const ContextOptions& options) {
+  if (options.isolation == Isolation::kShared) return inner_->OpenContext(options);
+  const absl::string_view tenant = options.tenant;
+  const absl::Duration timeout = options.max_launch > absl::ZeroDuration() ? options.max_launch
+                                                                           : options_.command_timeout;
   std::shared_ptr<Executor> executor;
   {
     absl::MutexLock lock(&mu_);
@@ -465,6 +476,7 @@ absl::StatusOr<std::unique_ptr<Context>> ExecutorDevice::OpenContext(absl::strin
     executor = it->second.executor;
     ++it->second.contexts;
   }
+  executor->set_command_timeout(timeout);
   auto closed = [this, tenant = std::string(tenant), e = executor.get()] { ContextClosed(tenant, e); };
   absl::StatusOr<std::shared_ptr<Executor::Link>> link = executor->OpenContext();
   if (!link.ok()) {

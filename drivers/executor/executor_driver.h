@@ -1,15 +1,18 @@
 // Device work in supervised executor processes: an ExecutorDevice wraps one real device
 // (which still describes the device and compiles programs in the daemon) and runs every
-// context of a tenant in that tenant's executor, a child process hosting the real driver,
-// reached over a shared-memory channel (drivers/executor/channel.h). The engine above
-// sees an ordinary Device, as LevelDB's EnvWrapper wraps an Env.
+// context opened with Isolation::kProcess in its tenant's executor, a child process
+// hosting the real driver, reached over a shared-memory channel
+// (drivers/executor/channel.h); a context opened with Isolation::kShared is the real
+// device's own, in the daemon's process. The engine above sees an ordinary Device, as
+// LevelDB's EnvWrapper wraps an Env.
 //
 // An executor that crashes, exits, sends a reply that does not parse, or runs a command
-// past its time limit ends (it is killed if need be and reaped). Its command in flight and
-// every later command of its contexts answer FAILED_PRECONDITION naming the tenant, the
-// device and the cause ("executor of tenant research on cpu:0 died: SIGSEGV while running
-// program 1f2e... entry 'step'"), as does their health(), so the engine closes their
-// sessions; its memory is given back to the device at once, and the tenant's next
+// past its time limit ends (it is killed if need be and reaped). Its command in flight
+// answers FAILED_PRECONDITION naming the tenant, the device and the cause ("executor of
+// tenant research on cpu:0 died: SIGSEGV while running program 1f2e... entry 'step'"),
+// or DEADLINE_EXCEEDED when it ran past the limit; every later command of its contexts
+// and their health() answer FAILED_PRECONDITION with the cause, so the engine closes
+// their sessions; its memory is given back to the device at once, and the tenant's next
 // OpenContext starts a fresh executor. Other tenants notice nothing.
 //
 // Thread safety: thread-safe. Each context has a channel of its own, so the sessions of one
@@ -19,6 +22,7 @@
 
 #include <sys/types.h>
 
+#include <atomic>
 #include <filesystem>
 #include <functional>
 #include <map>
@@ -38,7 +42,7 @@ struct ExecutorOptions {
   std::filesystem::path binary;          // the replayd-executor program
   std::vector<std::string> device_args;  // how it makes its device: {"--device=cpu", ...}
   // Longest a command may run (a launch, a graph replay, a synchronize) before its
-  // executor is killed.
+  // executor is killed, unless a context's options set their own (ContextOptions::max_launch).
   absl::Duration command_timeout = absl::Seconds(60);
 };
 
@@ -68,8 +72,8 @@ class Executor {
 
   // Sends `request` on `link` with `in` in the data area, waits for its reply and copies
   // `out` from the data area. `what` says what the command does, for the cause of a
-  // death. FAILED_PRECONDITION once the executor has ended; the reply's own status
-  // otherwise.
+  // death. DEADLINE_EXCEEDED when it ran past the time limit (the executor is ended);
+  // FAILED_PRECONDITION once the executor has ended; the reply's own status otherwise.
   absl::StatusOr<Reply> Call(Link& link, const Request& request, absl::string_view what,
                              std::span<const uint8_t> in = {}, std::span<uint8_t> out = {});
 
@@ -81,6 +85,8 @@ class Executor {
   // OK while it runs; the cause (FAILED_PRECONDITION) once it has ended.
   absl::Status health() const;
   pid_t pid() const { return pid_; }
+  // The time limit of later commands (the tenant's policy may change while it runs).
+  void set_command_timeout(absl::Duration timeout);
   // Distinct per executor: contexts of two executors never share device graphs.
   uint64_t address_space() const { return address_space_; }
 
@@ -93,7 +99,7 @@ class Executor {
   void End(const std::string& cause);
   void RecordDeath(const std::string& cause) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
-  const absl::Duration command_timeout_;
+  std::atomic<int64_t> command_timeout_ns_;
   const std::string tenant_;
   const std::string device_;
   DeviceMemory& memory_;
@@ -110,7 +116,9 @@ class Executor {
 
 class ExecutorDevice : public Device {
  public:
-  ExecutorDevice(std::unique_ptr<Device> inner, ExecutorOptions options);
+  // `memory` is the account `inner`'s own contexts draw on (CpuDevice::memory()):
+  // executors reserve there too, so the device's memory is one figure.
+  ExecutorDevice(std::unique_ptr<Device> inner, DeviceMemory& memory, ExecutorOptions options);
   ~ExecutorDevice() override;
 
   const DeviceInfo& info() const override { return inner_->info(); }
@@ -118,8 +126,9 @@ class ExecutorDevice : public Device {
   absl::Status Compile(const ProgramSource& source, const std::filesystem::path& output) override {
     return inner_->Compile(source, output);
   }
-  // A context in `tenant`'s executor, started now if it has none or its last one ended.
-  absl::StatusOr<std::unique_ptr<Context>> OpenContext(absl::string_view tenant) override;
+  // With Isolation::kProcess, a context in the tenant's executor, started now if it has
+  // none or its last one ended; with kShared, a context of the real device.
+  absl::StatusOr<std::unique_ptr<Context>> OpenContext(const ContextOptions& options) override;
 
   // The executor `tenant` runs in now, or null; for tests and reports. An executor ends
   // with its tenant's last context.
@@ -135,7 +144,7 @@ class ExecutorDevice : public Device {
 
   const std::unique_ptr<Device> inner_;
   const ExecutorOptions options_;
-  DeviceMemory memory_;
+  DeviceMemory& memory_;
   mutable absl::Mutex mu_;
   std::map<std::string, Entry, std::less<>> executors_ ABSL_GUARDED_BY(mu_);
 };

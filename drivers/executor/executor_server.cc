@@ -30,7 +30,7 @@ absl::Status ExecutorServer::OpenContext(pid_t parent) {
   if (!fd.ok()) return fd.status();
   absl::StatusOr<Channel> channel = Channel::Attach(*fd);
   if (!channel.ok()) return channel.status();
-  absl::StatusOr<std::unique_ptr<Context>> context = device_.OpenContext("");
+  absl::StatusOr<std::unique_ptr<Context>> context = device_.OpenContext({});
   if (!context.ok()) return context.status();
   std::thread([channel = std::make_shared<Channel>(*std::move(channel)),
                server = std::make_shared<ContextServer>(std::move(*context)), parent] {

@@ -149,7 +149,7 @@ class HipDevice : public Device {
     if (!artifact.ok()) return artifact.status();
     return WriteModuleArtifact(*artifact, output);
   }
-  absl::StatusOr<std::unique_ptr<Context>> OpenContext(absl::string_view) override {
+  absl::StatusOr<std::unique_ptr<Context>> OpenContext(const ContextOptions&) override {
     if (absl::Status s = fault_.Join(); !s.ok()) return s;
     uint64_t id;
     {

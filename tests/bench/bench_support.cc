@@ -27,8 +27,11 @@ ABSL_FLAG(std::string, replayd, "", "the daemon binary (default: this build's se
 ABSL_FLAG(int, runs, 7, "interleaved runs per figure; medians are reported");
 ABSL_FLAG(std::string, placement, "split",
           "split: client on core 0, daemon and baseline server on core 1; any: left to the scheduler");
+ABSL_FLAG(std::string, isolation, "shared",
+          "the spawned daemon's --isolation: shared (the in-process path, the figures the README compares with "
+          "other systems) or process (each tenant in an executor; what that costs is replayd_isolation_bench's)");
 ABSL_FLAG(std::string, daemon_args, "",
-          "extra flags for the spawned daemon, split on spaces (e.g. --daemon_args=--isolation=executor); "
+          "extra flags for the spawned daemon, split on spaces (e.g. --daemon_args=--isolation=process); "
           "added after the bench's own");
 ABSL_FLAG(std::string, serve_baseline, "", "internal: serve the baseline service at this address");
 ABSL_FLAG(std::string, baseline_api, "sync",
@@ -288,7 +291,8 @@ std::unique_ptr<BenchServers> StartServers(const std::vector<std::string>& daemo
       std::vector<std::string>{self.string(), "--serve_baseline=" + servers->baseline_address},
       servers->server_cpu);
   std::vector<std::string> argv = {daemon_path, "--listen=" + servers->daemon_address,
-                                   "--cache_dir=" + servers->cache_dir, "--log_level=warn"};
+                                   "--cache_dir=" + servers->cache_dir, "--log_level=warn",
+                                   "--isolation=" + absl::GetFlag(FLAGS_isolation)};
   argv.insert(argv.end(), daemon_args.begin(), daemon_args.end());
   for (std::string& a : SplitArgs(absl::GetFlag(FLAGS_daemon_args))) argv.push_back(std::move(a));
   servers->daemon = std::make_unique<ChildProcess>(argv, servers->server_cpu);

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The figures of "Isolation" in docs/performance.md: what --isolation=executor costs,
+# The figures of "Isolation" in docs/performance.md: what --isolation=process costs,
 # in-process (A) against isolated (B) in one run of replayd_isolation_bench, and, when
 # SPIN0_BUILD names a build whose drivers/executor/channel.cc has kSpins = 0, the
 # isolated daemon with the default spin (A) against that build (B), both isolated.
@@ -32,6 +32,6 @@ if [ -n "${SPIN0_BUILD:-}" ]; then
   cp "$SPIN0_BUILD/server/replayd" "$SPIN0_BUILD/server/replayd-executor" "$snap/spin0/"
   echo
   "$bench" --runs="$runs" --placement="$placement" --replayd="$snap/default/replayd" \
-    --daemon_args=--isolation=executor --b_replayd="$snap/spin0/replayd" --b_args= \
+    --daemon_args=--isolation=process --b_replayd="$snap/spin0/replayd" --b_args= \
     --a_label=kSpins=4000 --b_label=kSpins=0 "$@"
 fi

@@ -1,5 +1,5 @@
-// What --isolation=executor costs: two daemons started side by side by this one bench,
-// A (in-process, the default) and B (the same binary with --isolation=executor), each a
+// What --isolation=process costs: two daemons started side by side by this one bench,
+// A (in-process, --isolation=shared) and B (the same binary with --isolation=process), each a
 // separate process on loopback, measured in the same run, interleaved A B A B, with
 // every figure reported as the ratio B/A of the medians over runs:
 //   - the 32-kernel chain replayed with wait and a 4 KiB read-back over the Session
@@ -14,7 +14,7 @@
 // flags (--b_args): e.g. two builds of the executor channel, both isolated.
 //
 //   replayd_isolation_bench [--runs=5] [--iterations=2000] [--placement=split]
-//       [--daemon_args=...] [--b_replayd=PATH] [--b_args=--isolation=executor] [--b_first]
+//       [--daemon_args=...] [--b_replayd=PATH] [--b_args=--isolation=process] [--b_first]
 #include <chrono>
 #include <cstdio>
 #include <cstring>
@@ -33,7 +33,7 @@ ABSL_FLAG(int, iterations, 2000, "round trips per latency run; replays per pipel
 ABSL_FLAG(std::string, a_label, "in-process", "what daemon A is, in the report");
 ABSL_FLAG(std::string, b_label, "isolated", "what daemon B is, in the report");
 ABSL_FLAG(std::string, b_replayd, "", "daemon B's binary (default: the same as A's)");
-ABSL_FLAG(std::string, b_args, "--isolation=executor", "flags daemon B has beyond A's, split on spaces");
+ABSL_FLAG(std::string, b_args, "--isolation=process", "flags daemon B has beyond A's, split on spaces");
 ABSL_FLAG(bool, b_first, false, "start daemon B first and measure it first in each pair (B A B A)");
 ABSL_FLAG(int, small_transfers, 32, "1 MiB transfers per run of the 1 MiB figures");
 ABSL_FLAG(int, large_transfers, 2, "64 MiB transfers per run of the 64 MiB figures");

@@ -37,7 +37,7 @@ const std::array<Expression, 3> kOnes{Expression::Constant(1), Expression::Const
 class CaptureTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    auto context = device_.OpenContext("test");
+    auto context = device_.OpenContext({"test"});
     ASSERT_TRUE(context.ok()) << context.status();
     context_ = std::shared_ptr<Context>(std::move(*context));
     program_ = AddK();

@@ -25,7 +25,7 @@ class CountingDevice : public Device {
     std::ofstream(out) << source.code;
     return absl::OkStatus();
   }
-  absl::StatusOr<std::unique_ptr<Context>> OpenContext(absl::string_view) override {
+  absl::StatusOr<std::unique_ptr<Context>> OpenContext(const ContextOptions&) override {
     return absl::UnimplementedError("not needed");
   }
   std::atomic<int> compiles{0};

@@ -17,7 +17,7 @@ using testing::FakeDevice;
 class GraphCacheTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    auto context = device_.OpenContext("test");
+    auto context = device_.OpenContext({"test"});
     ASSERT_TRUE(context.ok()) << context.status();
     context_ = std::shared_ptr<Context>(std::move(*context));
     Signature sig;

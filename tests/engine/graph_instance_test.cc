@@ -41,7 +41,7 @@ std::shared_ptr<Program> Affine() {
 class GraphInstanceTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    auto context = device_.OpenContext("test");
+    auto context = device_.OpenContext({"test"});
     ASSERT_TRUE(context.ok()) << context.status();
     context_ = std::shared_ptr<Context>(std::move(*context));
     affine_ = Affine();
@@ -147,7 +147,7 @@ TEST_F(GraphInstanceTest, AFailedArenaOrPlaceholderAllocationLeavesNothingAlloca
   EXPECT_EQ(device_.bad_frees(), 0);
   // A device too small for the arena: RESOURCE_EXHAUSTED.
   FakeDevice small(kN * 2);
-  auto context = small.OpenContext("test");
+  auto context = small.OpenContext({"test"});
   ASSERT_TRUE(context.ok());
   Graph g = Chain();
   std::string structure = GraphStructure(g, 0);

@@ -29,7 +29,7 @@ constexpr int64_t kInt64Max = std::numeric_limits<int64_t>::max();
 class ReplayTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    auto context = device_.OpenContext("test");
+    auto context = device_.OpenContext({"test"});
     ASSERT_TRUE(context.ok()) << context.status();
     context_ = std::shared_ptr<Context>(std::move(*context));
     // Handles 1 (256 bytes), 2 (64 bytes), 3 (16 bytes), 4 (512 bytes).

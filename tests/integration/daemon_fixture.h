@@ -56,12 +56,11 @@ class DaemonFixture : public ::testing::Test {
     d.engine.graph_cache.max_bytes = options.graph_cache_bytes;
     d.streams.window = options.stream_window;
     d.tenants_file = options.tenants_file;
-    // The whole suite runs a second time with each tenant's work in executors (ctest's
-    // *_isolated entries set this).
-    if (const char* isolation = std::getenv("REPLAYD_TEST_ISOLATION")) {
-      d.isolation = isolation;
-      d.executor_binary = REPLAYD_EXECUTOR_BINARY;
-    }
+    // Each tenant's work runs in executors (the default); the whole suite runs a second
+    // time in the daemon's process (ctest's shared.* entries set this).
+    d.executor_binary = REPLAYD_EXECUTOR_BINARY;
+    if (const char* isolation = std::getenv("REPLAYD_TEST_ISOLATION"); isolation && std::string(isolation) == "shared")
+      d.tenant_defaults.isolation = Isolation::kShared;
     if (options.adjust) options.adjust(d);
     auto started = Daemon::Start(d);
     ASSERT_TRUE(started.ok()) << started.status();

@@ -1,6 +1,6 @@
-// A daemon with --isolation=executor over loopback: a tenant's kernel that crashes or runs
-// past the time limit fails that tenant's operations with FAILED_PRECONDITION naming the
-// cause, and nothing else: the daemon serves on, another tenant's graphs replay right
+// A daemon with --isolation=process over loopback: a tenant's kernel that crashes or runs
+// past the time limit (DEADLINE_EXCEEDED for that launch) fails that tenant's operations
+// with FAILED_PRECONDITION naming the cause, and nothing else: the daemon serves on, another tenant's graphs replay right
 // before and after, the device's memory comes back, and the tenant's next session runs
 // in a fresh executor.
 #include <gmock/gmock.h>
@@ -32,9 +32,8 @@ class IsolationTest : public DaemonFixture {
     Options options;
     options.tenants_file = file;
     options.adjust = [](DaemonOptions& d) {
-      d.isolation = "executor";
-      d.executor_binary = REPLAYD_EXECUTOR_BINARY;
-      d.executor_timeout = absl::Seconds(3);
+      d.tenant_defaults.isolation = Isolation::kProcess;
+      d.tenant_defaults.max_launch = absl::Seconds(3);
     };
     Start(options);
     research_ = std::make_unique<Client>(As("research-token"));
@@ -146,10 +145,12 @@ TEST_F(IsolationTest, ALaunchPastTheTimeLimitEndsItsExecutor) {
   ASSERT_OK_AND_ASSIGN(Program spin, research.Load(endless));
   ASSERT_OK_AND_ASSIGN(Buffer x, research.Alloc(4));
   absl::StatusOr<v1::LaunchReply> r = research.Launch(spin, {View{&x}, int64_t{0}}, {1, 1, 1}, {1, 1, 1}, true);
-  ASSERT_EQ(r.status().code(), absl::StatusCode::kFailedPrecondition) << r.status();
+  ASSERT_EQ(r.status().code(), absl::StatusCode::kDeadlineExceeded) << r.status();
   EXPECT_THAT(std::string(r.status().message()),
               HasSubstr("executor of tenant research on cpu:0 was ended: running program"));
   EXPECT_THAT(std::string(r.status().message()), HasSubstr("ran past the time limit of 3s"));
+  // The session's later operations find the executor ended.
+  EXPECT_EQ(research.Alloc(4).status().code(), absl::StatusCode::kFailedPrecondition);
   ExpectProdReplaysRight(prod);
 }
 

@@ -1,8 +1,10 @@
 // Authentication and per-tenant policy over loopback: bearer tokens checked against the
-// tenants file's SHA-256 digests, devices and formats per tenant, cpu-c only for trusted
-// tenants, every handle of another tenant NOT_FOUND, graph caches per tenant, and reloads
+// tenants file's SHA-256 digests, devices and formats per tenant, isolation per tenant
+// (the daemon's process for trusted tenants only), every handle of another tenant NOT_FOUND, graph caches per tenant, and reloads
 // that keep sessions.
 #include <gmock/gmock.h>
+
+#include <unistd.h>
 
 #include <fstream>
 #include <functional>
@@ -15,6 +17,7 @@
 namespace replayd::client {
 namespace {
 
+using ::testing::AllOf;
 using ::testing::HasSubstr;
 
 class TenancyTest : public DaemonFixture {
@@ -81,17 +84,56 @@ TEST_F(TenancyTest, AForbiddenDeviceIsPermissionDeniedAndNotListed) {
   EXPECT_THAT(std::string(s.message()), HasSubstr("bob"));
 }
 
-TEST_F(TenancyTest, CpuCNeedsATrustedTenantAndAnAllowedFormat) {
-  Write(TenantText("alice", "alice-token", "  trusted: true\n") + TenantText("dave", "dave-token", ""));
+// The process a tenant's cpu-c kernels run in: this test's (the daemon's) or another.
+pid_t KernelProcess(Client& tenant) {
+  auto s = tenant.OpenSession("cpu:0");
+  EXPECT_TRUE(s.ok()) << s.status();
+  if (!s.ok()) return 0;
+  auto program = s->Load({"cpu-c", "int getpid(void);\nvoid pid(int *out) { out[0] = getpid(); }", "pid",
+                          *ParseSignature("out"), {}});
+  EXPECT_TRUE(program.ok()) << program.status();
+  auto out = s->Alloc(4);
+  EXPECT_TRUE(out.ok()) << out.status();
+  if (!program.ok() || !out.ok()) return 0;
+  EXPECT_TRUE(s->Launch(*program, {View{&*out}}, {1, 1, 1}, {1, 1, 1}, true).ok());
+  auto got = s->ReadVector<int32_t>(*out, 1);
+  EXPECT_TRUE(got.ok()) << got.status();
+  return got.ok() ? (*got)[0] : 0;
+}
+
+TEST_F(TenancyTest, EveryTenantMayLoadCpuCAndOnlyTrustedOnesRunInTheDaemon) {
+  Write(TenantText("alice", "alice-token", "  trusted: true\n") +
+        TenantText("dave", "dave-token", "") +
+        TenantText("frank", "frank-token", "  trusted: true\n  isolation: ISOLATION_SHARED\n") +
+        TenantText("grace", "grace-token", "  trusted: true\n  isolation: ISOLATION_PROCESS\n"));
   ASSERT_TRUE(daemon_->ReloadTenants().ok());
-  Client dave = As("dave-token");
-  auto s = dave.OpenSession("cpu:0");
-  ASSERT_TRUE(s.ok());
-  absl::Status refused = s->Load(AddSpec()).status();
-  EXPECT_EQ(refused.code(), absl::StatusCode::kPermissionDenied);
-  EXPECT_THAT(std::string(refused.message()), HasSubstr("not trusted"));
+  const bool shared_default = std::getenv("REPLAYD_TEST_ISOLATION") != nullptr &&
+                              std::string(std::getenv("REPLAYD_TEST_ISOLATION")) == "shared";
+  Client dave = As("dave-token"), alice = As("alice-token"), frank = As("frank-token"), grace = As("grace-token");
+  // Untrusted: a process of its own, whatever the daemon's default.
+  const pid_t dave_pid = KernelProcess(dave);
+  EXPECT_NE(dave_pid, 0);
+  EXPECT_NE(dave_pid, getpid());
+  // Trusted with no say: the daemon's default.
+  EXPECT_EQ(KernelProcess(alice) == getpid(), shared_default);
+  EXPECT_EQ(KernelProcess(frank), getpid());
+  EXPECT_NE(KernelProcess(grace), getpid());
   Client carol = As("carol-token");  // carol is gone after the reload
   EXPECT_EQ(carol.OpenSession("cpu:0").status().code(), absl::StatusCode::kUnauthenticated);
+}
+
+TEST_F(TenancyTest, SharedIsolationForAnUntrustedTenantIsRefusedAndTheOldPolicyStays) {
+  Write(TenantText("alice", "alice-token", "  isolation: ISOLATION_SHARED\n"));
+  absl::Status refused = daemon_->ReloadTenants();
+  EXPECT_EQ(refused.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(refused.message()),
+              AllOf(HasSubstr("alice"), HasSubstr("ISOLATION_SHARED"), HasSubstr("trusted: true")));
+  Write(TenantText("alice", "alice-token", "  max_launch_seconds: 604801\n"));
+  refused = daemon_->ReloadTenants();
+  EXPECT_EQ(refused.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(refused.message()), HasSubstr("max_launch_seconds 604801"));
+  Client bob = As("bob-token");  // the policy in force still has bob
+  EXPECT_TRUE(bob.ListDevices().ok());
 }
 
 TEST_F(TenancyTest, AFormatOutsideThePolicyIsPermissionDenied) {
@@ -449,6 +491,7 @@ TEST(TenantsFileTest, AMissingOrBadFileStopsTheDaemonFromStarting) {
   DaemonOptions d;
   d.listen = "127.0.0.1:0";
   d.engine.cache_dir = dir.path();
+  d.executor_binary = REPLAYD_EXECUTOR_BINARY;
   d.tenants_file = dir.path() / "missing";
   EXPECT_EQ(Daemon::Start(d).status().code(), absl::StatusCode::kInvalidArgument);
   std::ofstream(dir.path() / "bad") << "tenant {";

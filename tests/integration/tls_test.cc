@@ -46,6 +46,7 @@ class TlsTest : public ::testing::Test {
     DaemonOptions d;
     d.listen = "127.0.0.1:0";  // the certificate names the IP too
     d.engine.cache_dir = dir_.path() / "cache";
+    d.executor_binary = REPLAYD_EXECUTOR_BINARY;
     d.tls_cert = dir_.path() / "server.pem";
     d.tls_key = dir_.path() / "server.key";
     if (mutual) d.tls_client_ca = dir_.path() / "ca.pem";
@@ -91,6 +92,7 @@ TEST_F(TlsTest, IncompleteTlsSettingsStopTheDaemonFromStarting) {
   DaemonOptions d;
   d.listen = "127.0.0.1:0";  // the certificate names the IP too
   d.engine.cache_dir = dir_.path() / "cache";
+  d.executor_binary = REPLAYD_EXECUTOR_BINARY;
   d.tls_cert = dir_.path() / "server.pem";
   EXPECT_EQ(Daemon::Start(d).status().code(), absl::StatusCode::kInvalidArgument);
   d.tls_key = dir_.path() / "missing.key";

@@ -52,7 +52,7 @@ class Daemon:
         self.log = self.dir / "log"
         with open(self.log, "wb") as log:
             self.process = subprocess.Popen(
-                [str(binary), "--listen=127.0.0.1:0", f"--cache_dir={self.dir / 'cache'}", "--devices=cpu",
+                [str(binary), "--listen=127.0.0.1:0", f"--cache_dir={self.dir / 'cache'}", "--devices=cpu", "--isolation=shared",
                  "--stream_window=8", "--stream_threads=1"],
                 stdout=log, stderr=subprocess.STDOUT, preexec_fn=lambda: pin(cpu))
         deadline = time.monotonic() + 30

@@ -110,7 +110,7 @@ class FakeDevice : public Device {
     auto it = bodies_.find(name);
     return it == bodies_.end() ? nullptr : &it->second;
   }
-  absl::StatusOr<std::unique_ptr<Context>> OpenContext(absl::string_view tenant) override;
+  absl::StatusOr<std::unique_ptr<Context>> OpenContext(const ContextOptions& options) override;
 
   FakeFaults& faults() { return faults_; }
   // Every context of the device is lost from now on, with `cause` (as when the executor a
@@ -301,7 +301,7 @@ class FakeContext : public Context {
   FakeDevice* const device_;
 };
 
-inline absl::StatusOr<std::unique_ptr<Context>> FakeDevice::OpenContext(absl::string_view) {
+inline absl::StatusOr<std::unique_ptr<Context>> FakeDevice::OpenContext(const ContextOptions&) {
   return std::unique_ptr<Context>(std::make_unique<FakeContext>(this));
 }
 

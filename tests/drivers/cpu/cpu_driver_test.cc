@@ -16,7 +16,7 @@ class CpuDriverTest : public ::testing::Test {
     options.memory_limit = 1 << 20;
     options.threads = 2;
     device_ = std::make_unique<CpuDevice>(options);
-    context_ = *device_->OpenContext("test");
+    context_ = *device_->OpenContext({"test"});
   }
 
   std::unique_ptr<Kernel> Build(const std::string& code, const std::string& entry,

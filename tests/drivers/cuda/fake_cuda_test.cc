@@ -162,20 +162,20 @@ TEST_F(FakeCudaDriverTest, OpeningAndClosingContextsLeavesTheThreadsContextStack
     ASSERT_NE(device, nullptr);
     ASSERT_EQ(fake_.stack_depth(), 0);
     {
-      ASSERT_OK_AND_ASSIGN(std::unique_ptr<Context> first, device->OpenContext("test"));
+      ASSERT_OK_AND_ASSIGN(std::unique_ptr<Context> first, device->OpenContext({"test"}));
       EXPECT_EQ(fake_.stack_depth(), 1);
     }
     const int depth = fake_.stack_depth();
     EXPECT_LE(depth, 1);
     for (int i = 0; i < 3; ++i) {
-      ASSERT_OK_AND_ASSIGN(std::unique_ptr<Context> c, device->OpenContext("test"));
+      ASSERT_OK_AND_ASSIGN(std::unique_ptr<Context> c, device->OpenContext({"test"}));
       ASSERT_OK_AND_ASSIGN(Allocation a, c->Allocate(64));
       c->Free(a);
     }
     EXPECT_EQ(fake_.stack_depth(), depth) << "after opening and closing three contexts one by one";
     std::vector<std::unique_ptr<Context>> open;
     for (int i = 0; i < 3; ++i) {
-      ASSERT_OK_AND_ASSIGN(std::unique_ptr<Context> c, device->OpenContext("test"));
+      ASSERT_OK_AND_ASSIGN(std::unique_ptr<Context> c, device->OpenContext({"test"}));
       open.push_back(std::move(c));
       EXPECT_EQ(fake_.stack_depth(), 1) << "with " << open.size() << " contexts open";
     }
@@ -193,7 +193,7 @@ TEST_F(FakeCudaDriverTest, TransfersCopiesAndCopyNodesMoveTheRightBytes) {
   std::unique_ptr<Device> device = Discover(CudaContextPolicy::kSession);
   ASSERT_NE(device, nullptr);
   {
-    ASSERT_OK_AND_ASSIGN(std::unique_ptr<Context> c, device->OpenContext("test"));
+    ASSERT_OK_AND_ASSIGN(std::unique_ptr<Context> c, device->OpenContext({"test"}));
     constexpr uint64_t kBytes = kN * 4;
     ASSERT_OK_AND_ASSIGN(Allocation a, c->Allocate(kBytes));
     ASSERT_OK_AND_ASSIGN(Allocation b, c->Allocate(kBytes));

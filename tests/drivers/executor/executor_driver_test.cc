@@ -46,7 +46,9 @@ class ExecutorDriverTest : public ::testing::Test {
     options.device_args = {"--device=cpu", "--artifacts=" + dir_.path().string(),
                            absl::StrCat("--memory_limit=", kMemory), "--threads=2"};
     options.command_timeout = timeout;
-    return std::make_unique<ExecutorDevice>(std::make_unique<CpuDevice>(cpu), options);
+    auto inner = std::make_unique<CpuDevice>(cpu);
+    DeviceMemory& memory = inner->memory();
+    return std::make_unique<ExecutorDevice>(std::move(inner), memory, options);
   }
 
   // Compiles `code` in the daemon (as the engine does) and loads it in `context`.
@@ -64,7 +66,7 @@ class ExecutorDriverTest : public ::testing::Test {
 };
 
 TEST_F(ExecutorDriverTest, TransfersOfAnySizeCrossTheProcessBoundary) {
-  ASSERT_OK_AND_ASSIGN(std::unique_ptr<Context> c, device_->OpenContext("a"));
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<Context> c, device_->OpenContext({"a"}));
   const uint64_t bytes = 9 << 20;  // three trips through the data area
   ASSERT_OK_AND_ASSIGN(Allocation a, c->Allocate(bytes));
   EXPECT_EQ(device_->memory_in_use(), bytes);
@@ -87,8 +89,8 @@ TEST_F(ExecutorDriverTest, TransfersOfAnySizeCrossTheProcessBoundary) {
 }
 
 TEST_F(ExecutorDriverTest, AnAllocationPastTheDeviceIsRefusedAndChangesNothing) {
-  ASSERT_OK_AND_ASSIGN(std::unique_ptr<Context> a, device_->OpenContext("a"));
-  ASSERT_OK_AND_ASSIGN(std::unique_ptr<Context> b, device_->OpenContext("b"));
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<Context> a, device_->OpenContext({"a"}));
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<Context> b, device_->OpenContext({"b"}));
   ASSERT_OK_AND_ASSIGN(Allocation big, a->Allocate(kMemory - (1 << 20)));
   // Two tenants' executors share the device's memory.
   EXPECT_EQ(b->Allocate(2 << 20).status().code(), absl::StatusCode::kResourceExhausted);
@@ -98,7 +100,7 @@ TEST_F(ExecutorDriverTest, AnAllocationPastTheDeviceIsRefusedAndChangesNothing) 
 }
 
 TEST_F(ExecutorDriverTest, LaunchesAndDeviceGraphsRunInTheExecutor) {
-  ASSERT_OK_AND_ASSIGN(std::unique_ptr<Context> c, device_->OpenContext("a"));
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<Context> c, device_->OpenContext({"a"}));
   ASSERT_OK_AND_ASSIGN(std::unique_ptr<Kernel> k,
                        Build(*device_, *c, "void step(float *x, int v, int i) { x[i] = x[i] * 2 + v; }", "step",
                              [] {
@@ -140,9 +142,9 @@ TEST_F(ExecutorDriverTest, LaunchesAndDeviceGraphsRunInTheExecutor) {
 }
 
 TEST_F(ExecutorDriverTest, EachTenantHasItsOwnExecutorAndItsContextsShareIt) {
-  ASSERT_OK_AND_ASSIGN(std::unique_ptr<Context> a1, device_->OpenContext("a"));
-  ASSERT_OK_AND_ASSIGN(std::unique_ptr<Context> a2, device_->OpenContext("a"));
-  ASSERT_OK_AND_ASSIGN(std::unique_ptr<Context> b, device_->OpenContext("b"));
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<Context> a1, device_->OpenContext({"a"}));
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<Context> a2, device_->OpenContext({"a"}));
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<Context> b, device_->OpenContext({"b"}));
   ASSERT_NE(device_->ExecutorOf("a"), nullptr);
   ASSERT_NE(device_->ExecutorOf("b"), nullptr);
   EXPECT_NE(device_->ExecutorOf("a")->pid(), device_->ExecutorOf("b")->pid());
@@ -151,8 +153,8 @@ TEST_F(ExecutorDriverTest, EachTenantHasItsOwnExecutorAndItsContextsShareIt) {
 }
 
 TEST_F(ExecutorDriverTest, ContextsOfOneTenantRunSideBySide) {
-  ASSERT_OK_AND_ASSIGN(std::unique_ptr<Context> busy, device_->OpenContext("a"));
-  ASSERT_OK_AND_ASSIGN(std::unique_ptr<Context> other, device_->OpenContext("a"));
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<Context> busy, device_->OpenContext({"a"}));
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<Context> other, device_->OpenContext({"a"}));
   ASSERT_OK_AND_ASSIGN(std::unique_ptr<Kernel> wait,
                        Build(*device_, *busy,
                              "long time(long *);\n"
@@ -182,8 +184,8 @@ TEST_F(ExecutorDriverTest, ContextsOfOneTenantRunSideBySide) {
 }
 
 TEST_F(ExecutorDriverTest, AnExecutorEndsWithItsTenantsLastContext) {
-  ASSERT_OK_AND_ASSIGN(std::unique_ptr<Context> first, device_->OpenContext("a"));
-  ASSERT_OK_AND_ASSIGN(std::unique_ptr<Context> second, device_->OpenContext("a"));
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<Context> first, device_->OpenContext({"a"}));
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<Context> second, device_->OpenContext({"a"}));
   ASSERT_NE(device_->ExecutorOf("a"), nullptr);
   const pid_t pid = device_->ExecutorOf("a")->pid();
   first.reset();
@@ -192,15 +194,70 @@ TEST_F(ExecutorDriverTest, AnExecutorEndsWithItsTenantsLastContext) {
   second.reset();
   EXPECT_EQ(device_->ExecutorOf("a"), nullptr);
   EXPECT_EQ(kill(pid, 0), -1) << "ended and reaped with the last context";
-  ASSERT_OK_AND_ASSIGN(std::unique_ptr<Context> again, device_->OpenContext("a"));
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<Context> again, device_->OpenContext({"a"}));
   ASSERT_NE(device_->ExecutorOf("a"), nullptr);
   EXPECT_NE(device_->ExecutorOf("a")->pid(), pid);
 }
 
 // What a kernel may not do in its executor: each attempt fails (-1) and the executor
 // serves on.
+TEST_F(ExecutorDriverTest, ASharedContextRunsInTheDaemonAndDrawsOnTheSameMemory) {
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<Context> shared,
+                       device_->OpenContext({"trusted", Isolation::kShared}));
+  EXPECT_EQ(device_->ExecutorOf("trusted"), nullptr) << "a shared context starts no executor";
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<Context> isolated, device_->OpenContext({"other"}));
+  ASSERT_NE(device_->ExecutorOf("other"), nullptr);
+
+  // One account for both: what the shared context holds is not free for an executor.
+  ASSERT_OK_AND_ASSIGN(Allocation a, shared->Allocate(kMemory / 2));
+  EXPECT_EQ(device_->memory_in_use(), kMemory / 2);
+  EXPECT_EQ(isolated->Allocate(kMemory / 2 + 4096).status().code(), absl::StatusCode::kResourceExhausted);
+  ASSERT_OK_AND_ASSIGN(Allocation b, isolated->Allocate(kMemory / 4));
+  EXPECT_EQ(device_->memory_in_use(), kMemory / 2 + kMemory / 4);
+  EXPECT_EQ(shared->Allocate(kMemory / 2).status().code(), absl::StatusCode::kResourceExhausted);
+
+  // The shared context computes in this process.
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<Kernel> k,
+                       Build(*device_, *shared, "void inc(float *x) { x[0] += 1; }", "inc", Sig({kInout})));
+  ArgValue args[1];
+  args[0].address = a.address;
+  ASSERT_TRUE(shared->Launch(*k, args, {1, 1, 1}, {1, 1, 1}, true).ok());
+  float v = 0;
+  ASSERT_TRUE(shared->Read(a, 0, {reinterpret_cast<uint8_t*>(&v), 4}).ok());
+  EXPECT_EQ(v, 1.0f);
+  k.reset();
+  shared->Free(a);
+  isolated->Free(b);
+  EXPECT_EQ(device_->memory_in_use(), 0u);
+}
+
+TEST_F(ExecutorDriverTest, AContextsOwnLaunchLimitEndsItsExecutorWithDeadlineExceeded) {
+  // The device's default is 30 s; the tenant's policy says 1 s.
+  ContextOptions options{"research"};
+  options.max_launch = absl::Seconds(1);
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<Context> c, device_->OpenContext(options));
+  ASSERT_OK_AND_ASSIGN(Allocation x, c->Allocate(4));
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<Kernel> k,
+                       Build(*device_, *c, "void spin(float *x) { for (;;) *(volatile float *)x += 1; }", "spin",
+                             Sig({kInout})));
+  ArgValue args[1];
+  args[0].address = x.address;
+  const absl::Time start = absl::Now();
+  absl::StatusOr<std::optional<absl::Duration>> r = c->Launch(*k, args, {1, 1, 1}, {1, 1, 1}, true);
+  EXPECT_LT(absl::Now() - start, absl::Seconds(20)) << "the tenant's limit, not the device's default";
+  ASSERT_EQ(r.status().code(), absl::StatusCode::kDeadlineExceeded) << r.status();
+  EXPECT_THAT(std::string(r.status().message()),
+              AllOf(HasSubstr("executor of tenant research on cpu:0 was ended"), HasSubstr("entry 'spin'"),
+                    HasSubstr("time limit of 1s")));
+  EXPECT_EQ(c->health().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(c->Synchronize().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(device_->memory_in_use(), 0u);
+  k.reset();
+  c->Free(x);
+}
+
 TEST_F(ExecutorDriverTest, AKernelCannotOpenFilesStartProgramsOrReachTheNetwork) {
-  ASSERT_OK_AND_ASSIGN(std::unique_ptr<Context> c, device_->OpenContext("a"));
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<Context> c, device_->OpenContext({"a"}));
   const char* code = R"(
 int socket(int, int, int);
 int open(const char *, int, ...);
@@ -236,6 +293,7 @@ struct Fault {
   const char* name;
   const char* code;
   const char* cause;
+  absl::StatusCode status = absl::StatusCode::kFailedPrecondition;  // of the command in flight
 };
 
 class ExecutorFaultTest : public ExecutorDriverTest, public ::testing::WithParamInterface<Fault> {};
@@ -243,8 +301,8 @@ class ExecutorFaultTest : public ExecutorDriverTest, public ::testing::WithParam
 TEST_P(ExecutorFaultTest, AFaultEndsOnlyItsTenantsExecutor) {
   const Fault& fault = GetParam();
   std::unique_ptr<ExecutorDevice> device = MakeDevice(absl::Seconds(2));
-  ASSERT_OK_AND_ASSIGN(std::unique_ptr<Context> bad, device->OpenContext("research"));
-  ASSERT_OK_AND_ASSIGN(std::unique_ptr<Context> good, device->OpenContext("prod"));
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<Context> bad, device->OpenContext({"research"}));
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<Context> good, device->OpenContext({"prod"}));
   ASSERT_OK_AND_ASSIGN(std::unique_ptr<Kernel> k, Build(*device, *bad, fault.code, "boom", Sig({kInout})));
   ASSERT_OK_AND_ASSIGN(std::unique_ptr<Kernel> ok,
                        Build(*device, *good, "void inc(float *x) { x[0] += 1; }", "inc", Sig({kInout})));
@@ -256,11 +314,13 @@ TEST_P(ExecutorFaultTest, AFaultEndsOnlyItsTenantsExecutor) {
   ArgValue args[1];
   args[0].address = held.address;
   absl::StatusOr<std::optional<absl::Duration>> r = bad->Launch(*k, args, {1, 1, 1}, {1, 1, 1}, true);
-  ASSERT_EQ(r.status().code(), absl::StatusCode::kFailedPrecondition) << r.status();
+  ASSERT_EQ(r.status().code(), fault.status) << r.status();
   EXPECT_THAT(std::string(r.status().message()),
               AllOf(HasSubstr("executor of tenant research on cpu:0"), HasSubstr(fault.cause), HasSubstr("entry 'boom'")));
   // Every later command of its contexts fails the same way; its memory is back.
   EXPECT_EQ(bad->Allocate(64).status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(bad->health().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(std::string(bad->health().message()), HasSubstr(fault.cause));
   EXPECT_EQ(device->memory_in_use(), 4u);
   bad->Free(held);
   EXPECT_EQ(device->memory_in_use(), 4u);
@@ -275,7 +335,7 @@ TEST_P(ExecutorFaultTest, AFaultEndsOnlyItsTenantsExecutor) {
   // The tenant's next context runs in a fresh executor.
   k.reset();
   bad.reset();
-  ASSERT_OK_AND_ASSIGN(std::unique_ptr<Context> again, device->OpenContext("research"));
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<Context> again, device->OpenContext({"research"}));
   EXPECT_NE(device->ExecutorOf("research")->pid(), first);
   ASSERT_OK_AND_ASSIGN(Allocation y, again->Allocate(4));
   ASSERT_OK_AND_ASSIGN(std::unique_ptr<Kernel> inc,
@@ -296,7 +356,7 @@ INSTANTIATE_TEST_SUITE_P(
                       Fault{"abort", "void abort(void);\nvoid boom(float *x) { abort(); }", "died: SIGABRT while running"},
                       Fault{"exit", "void exit(int);\nvoid boom(float *x) { exit(3); }", "exited with status 3 while running"},
                       Fault{"endless", "void boom(float *x) { for (;;) *(volatile float *)x += 1; }",
-                            "ran past the time limit of 2s"}),
+                            "ran past the time limit of 2s", absl::StatusCode::kDeadlineExceeded}),
     [](const ::testing::TestParamInfo<Fault>& info) { return std::string(info.param.name); });
 
 }  // namespace
