@@ -73,7 +73,8 @@ absl::StatusOr<std::unique_ptr<CompileCache>> CompileCache::Open(const std::file
       std::error_code ignored;
       auto written = entry.last_write_time(ignored);
       if (absl::StartsWith(name, kTempPrefix)) {
-        if (!ignored && now - written > std::chrono::hours(1)) std::filesystem::remove(entry.path(), ignored);
+        // A partial artifact, or a compile's work directory, left by a daemon that was killed.
+        if (!ignored && now - written > std::chrono::hours(1)) std::filesystem::remove_all(entry.path(), ignored);
         continue;
       }
       if (!absl::EndsWith(name, kArtifactSuffix) || !entry.is_regular_file(ignored)) continue;

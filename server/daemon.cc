@@ -61,6 +61,10 @@ absl::StatusOr<std::unique_ptr<Device>> WithExecutors(std::unique_ptr<CpuDevice>
   if (access(executor.binary.c_str(), X_OK) != 0)
     return absl::FailedPreconditionError(absl::StrCat("executor program ", executor.binary.string(),
                                                       " cannot be run: ", std::strerror(errno)));
+  const std::filesystem::path& cage = options.cpu.compiler.cage;
+  if (!cage.empty() && access(cage.c_str(), X_OK) != 0)
+    return absl::FailedPreconditionError(
+        absl::StrCat("compiler cage ", cage.string(), " cannot be run: ", std::strerror(errno)));
   // The executor reads artifacts from the compile cache and no other file of its own.
   std::error_code ec;
   const std::filesystem::path artifacts = std::filesystem::weakly_canonical(options.engine.cache_dir, ec);

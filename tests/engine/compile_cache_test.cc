@@ -143,12 +143,16 @@ TEST(CompileCacheTest, StaleTemporaryFilesAreRemovedAndFreshOnesKept) {
   TempDir dir;
   auto stale = dir.path() / ".tmp-abc-1-0";
   auto fresh = dir.path() / ".tmp-def-1-0";
+  auto stale_work = dir.path() / ".tmp-ghi-1-0.cc-Xy12Zq";  // a compile's work directory
   std::ofstream(stale) << "partial";
   std::ofstream(fresh) << "partial";
-  std::filesystem::last_write_time(
-      stale, std::filesystem::file_time_type::clock::now() - std::chrono::hours(2));
+  std::filesystem::create_directory(stale_work);
+  std::ofstream(stale_work / "program.c") << "void f(void) {}";
+  for (const auto& old : {stale, stale_work})
+    std::filesystem::last_write_time(old, std::filesystem::file_time_type::clock::now() - std::chrono::hours(2));
   ASSERT_TRUE(CompileCache::Open(dir.path()).ok());
   EXPECT_FALSE(std::filesystem::exists(stale));
+  EXPECT_FALSE(std::filesystem::exists(stale_work));
   EXPECT_TRUE(std::filesystem::exists(fresh)) << "may belong to a compile in progress";
 }
 

@@ -59,6 +59,7 @@ class DaemonFixture : public ::testing::Test {
     // Each tenant's work runs in executors (the default); the whole suite runs a second
     // time in the daemon's process (ctest's shared.* entries set this).
     d.executor_binary = REPLAYD_EXECUTOR_BINARY;
+    d.cpu.compiler.cage = REPLAYD_CC_BINARY;  // every cpu-c compile in replayd-cc, as replayd does
     if (const char* isolation = std::getenv("REPLAYD_TEST_ISOLATION"); isolation && std::string(isolation) == "shared")
       d.tenant_defaults.isolation = Isolation::kShared;
     if (options.adjust) options.adjust(d);

@@ -10,7 +10,7 @@ import replayd
 from conftest import STEP, Daemon, tenant
 
 TENANTS = (tenant("alice", "alice-token", "trusted: true\n  quotas { memory_bytes: 8388608 }")
-           + tenant("bob", "bob-token", "trusted: false")
+           + tenant("bob", "bob-token", 'trusted: false\n  formats: "cuda-c"')
            + tenant("carol", "carol-token", 'trusted: true\n  devices: "cuda:0"'))
 
 
@@ -63,7 +63,7 @@ def test_the_token_comes_from_the_environment(tenant_daemon, monkeypatch):
 def test_the_tenants_policy_is_permission_denied_and_its_quota_resource_exhausted(tenant_daemon):
     with replayd.connect(tenant_daemon.address, token="bob-token") as c:
         with c.session("cpu:0") as s:
-            with pytest.raises(replayd.PermissionDenied, match="cpu-c"):
+            with pytest.raises(replayd.PermissionDenied, match="format cpu-c"):
                 s.program(STEP, "step", "inout,int32,int32")
     with replayd.connect(tenant_daemon.address, token="carol-token") as c:
         with pytest.raises(replayd.PermissionDenied):
