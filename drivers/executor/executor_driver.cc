@@ -1,8 +1,11 @@
 #include "drivers/executor/executor_driver.h"
 
+#include <poll.h>
 #include <signal.h>
 #include <spawn.h>
+#include <sys/eventfd.h>
 #include <sys/socket.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -327,10 +330,17 @@ absl::StatusOr<std::shared_ptr<Executor>> Executor::Start(const ExecutorOptions&
 Executor::Executor(const ExecutorOptions& options, std::string tenant, std::string device, DeviceMemory& memory,
                    Channel control, int socket, pid_t pid)
     : command_timeout_ns_(absl::ToInt64Nanoseconds(options.command_timeout)), tenant_(std::move(tenant)), device_(std::move(device)),
-      memory_(memory), socket_(socket), pid_(pid), address_space_(next_address_space++),
+      memory_(memory), socket_(socket), pid_(pid), pidfd_(static_cast<int>(syscall(SYS_pidfd_open, pid, 0))),
+      address_space_(next_address_space++),
       control_(std::make_shared<Link>(std::move(control))) {}
 
 Executor::~Executor() {
+  Stop();
+  close(socket_);
+  if (pidfd_ >= 0) close(pidfd_);
+}
+
+void Executor::Stop() {
   absl::MutexLock lock(&mu_);
   if (running_) {
     kill(pid_, SIGKILL);
@@ -338,7 +348,7 @@ Executor::~Executor() {
     running_ = false;
   }
   memory_.Release(reserved_);
-  close(socket_);
+  reserved_ = 0;
 }
 
 void Executor::set_command_timeout(absl::Duration timeout) {
@@ -378,6 +388,7 @@ bool Executor::Reaped(absl::string_view doing) {
   int status = 0;
   if (waitpid(pid_, &status, WNOHANG) != pid_) return false;
   running_ = false;
+  if (doing.empty() && !in_flight_.empty()) doing = in_flight_.begin()->second;
   const std::string while_doing = doing.empty() ? "" : absl::StrCat(" while ", doing);
   if (WIFSIGNALED(status)) {
     RecordDeath(absl::StrCat("died: ", SignalName(WTERMSIG(status)), while_doing));
@@ -430,9 +441,17 @@ absl::StatusOr<Reply> Executor::Call(Link& link, const Request& request, absl::s
   request.SerializeToArray(message.data(), static_cast<int>(message.size()));
   if (!in.empty()) std::memcpy(channel.data().data(), in.data(), in.size());
   const absl::Duration timeout = absl::Nanoseconds(command_timeout_ns_.load(std::memory_order_relaxed));
+  {
+    absl::MutexLock in_flight(&mu_);
+    in_flight_[&link] = std::string(what);
+  }
   channel.PostRequest(size);
   absl::StatusOr<uint64_t> bytes =
       channel.AwaitReply(absl::Now() + timeout, [&] { return Reaped(what) || !health().ok(); });
+  {
+    absl::MutexLock in_flight(&mu_);
+    in_flight_.erase(&link);
+  }
   if (!bytes.ok()) {
     if (bytes.status().code() == absl::StatusCode::kDeadlineExceeded) {
       End(absl::StrCat("was ended: ", what, " ran past the time limit of ", absl::FormatDuration(timeout)));
@@ -453,9 +472,49 @@ absl::StatusOr<Reply> Executor::Call(Link& link, const Request& request, absl::s
 }
 
 ExecutorDevice::ExecutorDevice(std::unique_ptr<Device> inner, DeviceMemory& memory, ExecutorOptions options)
-    : inner_(std::move(inner)), options_(std::move(options)), memory_(memory) {}
+    : inner_(std::move(inner)), options_(std::move(options)), memory_(memory),
+      wake_fd_(eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)) {
+  if (wake_fd_ >= 0) supervisor_ = std::thread([this] { Supervise(); });
+}
 
-ExecutorDevice::~ExecutorDevice() = default;
+ExecutorDevice::~ExecutorDevice() {
+  {
+    absl::MutexLock lock(&mu_);
+    stopping_ = true;
+  }
+  WakeSupervisor();
+  if (supervisor_.joinable()) supervisor_.join();
+  if (wake_fd_ >= 0) close(wake_fd_);
+}
+
+void ExecutorDevice::WakeSupervisor() {
+  if (wake_fd_ < 0) return;
+  const uint64_t one = 1;
+  [[maybe_unused]] ssize_t ignored = write(wake_fd_, &one, sizeof one);
+}
+
+void ExecutorDevice::Supervise() {
+  for (;;) {
+    // The executors running now, held while they are polled (an executor that ends
+    // meanwhile wakes this thread, which lets go of it).
+    std::vector<std::shared_ptr<Executor>> watched;
+    {
+      absl::MutexLock lock(&mu_);
+      if (stopping_) return;
+      for (const auto& [tenant, entry] : executors_)
+        if (entry.executor->pidfd() >= 0 && entry.executor->health().ok()) watched.push_back(entry.executor);
+    }
+    std::vector<pollfd> fds = {{wake_fd_, POLLIN, 0}};
+    for (const auto& e : watched) fds.push_back({e->pidfd(), POLLIN, 0});
+    if (poll(fds.data(), fds.size(), -1) < 0 && errno != EINTR) return;
+    if (fds[0].revents & POLLIN) {
+      uint64_t count;
+      [[maybe_unused]] ssize_t ignored = read(wake_fd_, &count, sizeof count);
+    }
+    for (size_t i = 1; i < fds.size(); ++i)
+      if (fds[i].revents & (POLLIN | POLLHUP | POLLERR)) watched[i - 1]->Reap();
+  }
+}
 
 absl::StatusOr<std::unique_ptr<Context>> ExecutorDevice::OpenContext(const ContextOptions& options) {
   if (options.isolation == Isolation::kShared) return inner_->OpenContext(options);
@@ -472,6 +531,7 @@ absl::StatusOr<std::unique_ptr<Context>> ExecutorDevice::OpenContext(const Conte
       if (!started.ok()) return started.status();
       // An ended executor's contexts no longer count: they find it gone when they close.
       it = executors_.insert_or_assign(std::string(tenant), Entry{*started, 0}).first;
+      WakeSupervisor();
     }
     executor = it->second.executor;
     ++it->second.contexts;
@@ -495,6 +555,8 @@ void ExecutorDevice::ContextClosed(const std::string& tenant, const Executor* ex
     last = std::move(it->second.executor);
     executors_.erase(it);
   }
+  last->Stop();  // now, though the supervisor may hold it a moment longer
+  WakeSupervisor();
 }
 
 std::shared_ptr<Executor> ExecutorDevice::ExecutorOf(absl::string_view tenant) const {

@@ -28,6 +28,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/synchronization/mutex.h"
@@ -64,6 +65,8 @@ class Executor {
                                                          std::string device, DeviceMemory& memory);
   // Kills the process if it still runs and gives back what it held.
   ~Executor();
+  // The same, at once: for an executor whose last context closed.
+  void Stop();
   Executor(const Executor&) = delete;
   Executor& operator=(const Executor&) = delete;
 
@@ -85,6 +88,12 @@ class Executor {
   // OK while it runs; the cause (FAILED_PRECONDITION) once it has ended.
   absl::Status health() const;
   pid_t pid() const { return pid_; }
+  // A descriptor that polls readable once the process has ended (pidfd), or -1 where the
+  // kernel has none; then deaths are noticed only while a command waits.
+  int pidfd() const { return pidfd_; }
+  // Reaps the process if it has ended, recording why (naming a command in flight, if
+  // any); true when it has.
+  bool Reap() { return Reaped(""); }
   // The time limit of later commands (the tenant's policy may change while it runs).
   void set_command_timeout(absl::Duration timeout);
   // Distinct per executor: contexts of two executors never share device graphs.
@@ -93,7 +102,8 @@ class Executor {
  private:
   Executor(const ExecutorOptions& options, std::string tenant, std::string device, DeviceMemory& memory,
            Channel control, int socket, pid_t pid);
-  // Reaps the process if it has ended, recording why (with `doing`); true when it has.
+  // Reaps the process if it has ended, recording why (with `doing`, or else a command
+  // in flight); true when it has.
   bool Reaped(absl::string_view doing);
   // Ends the process (SIGKILL) and records `cause`.
   void End(const std::string& cause);
@@ -105,11 +115,14 @@ class Executor {
   DeviceMemory& memory_;
   const int socket_;
   const pid_t pid_;
+  const int pidfd_;
   const uint64_t address_space_;
   const std::shared_ptr<Link> control_;
   absl::Mutex open_mu_;  // held from passing a channel to the command that takes it
   mutable absl::Mutex mu_;
   bool running_ ABSL_GUARDED_BY(mu_) = true;  // not yet reaped
+  // What each link waiting for a reply asked for, for the cause of a death.
+  std::map<const Link*, std::string> in_flight_ ABSL_GUARDED_BY(mu_);
   absl::Status death_ ABSL_GUARDED_BY(mu_);   // OK while it runs
   uint64_t reserved_ ABSL_GUARDED_BY(mu_) = 0;
 };
@@ -141,12 +154,20 @@ class ExecutorDevice : public Device {
   };
   // A context of `executor` closed; the tenant's executor ends with its last one.
   void ContextClosed(const std::string& tenant, const Executor* executor);
+  // The supervisor: waits on every running executor's pidfd, so that a death (a SIGKILL
+  // from outside, say) is recorded at once even while no command waits; the engine's
+  // reaper then closes the tenant's sessions.
+  void Supervise();
+  void WakeSupervisor();
 
   const std::unique_ptr<Device> inner_;
   const ExecutorOptions options_;
   DeviceMemory& memory_;
   mutable absl::Mutex mu_;
   std::map<std::string, Entry, std::less<>> executors_ ABSL_GUARDED_BY(mu_);
+  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  int wake_fd_ = -1;  // eventfd: the set of executors changed, or stop
+  std::thread supervisor_;
 };
 
 }  // namespace replayd::executor

@@ -21,6 +21,7 @@ namespace {
 
 using ::testing::AllOf;
 using ::testing::HasSubstr;
+using ::testing::Not;
 
 constexpr uint64_t kMemory = 64 << 20;
 
@@ -251,6 +252,48 @@ TEST_F(ExecutorDriverTest, AContextsOwnLaunchLimitEndsItsExecutorWithDeadlineExc
                     HasSubstr("time limit of 1s")));
   EXPECT_EQ(c->health().code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_EQ(c->Synchronize().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(device_->memory_in_use(), 0u);
+  k.reset();
+  c->Free(x);
+}
+
+TEST_F(ExecutorDriverTest, AnExecutorKilledFromOutsideWhileIdleIsNoticedWithoutACommand) {
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<Context> c, device_->OpenContext({"research"}));
+  ASSERT_OK_AND_ASSIGN(Allocation x, c->Allocate(1 << 20));
+  EXPECT_EQ(device_->memory_in_use(), 1u << 20);
+  ASSERT_EQ(kill(device_->ExecutorOf("research")->pid(), SIGKILL), 0);
+  // The supervisor sees the death on its own: health and memory change with no command sent.
+  const absl::Time deadline = absl::Now() + absl::Seconds(30);
+  while (c->health().ok() && absl::Now() < deadline) absl::SleepFor(absl::Milliseconds(5));
+  EXPECT_EQ(c->health().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(std::string(c->health().message()),
+              AllOf(HasSubstr("executor of tenant research on cpu:0 died: SIGKILL"), Not(HasSubstr(" while "))));
+  EXPECT_EQ(device_->memory_in_use(), 0u);
+  c->Free(x);
+  EXPECT_EQ(device_->memory_in_use(), 0u);
+}
+
+TEST_F(ExecutorDriverTest, AnExecutorKilledFromOutsideMidLaunchFailsItLikeACrash) {
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<Context> c, device_->OpenContext({"research"}));
+  ASSERT_OK_AND_ASSIGN(Allocation x, c->Allocate(4));
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<Kernel> k,
+                       Build(*device_, *c, "void spin(float *x) { for (;;) *(volatile float *)x += 1; }", "spin",
+                             Sig({kInout})));
+  const pid_t pid = device_->ExecutorOf("research")->pid();
+  ArgValue args[1];
+  args[0].address = x.address;
+  std::atomic<bool> done{false};
+  absl::Status launched;
+  std::thread launch([&] {
+    launched = c->Launch(*k, args, {1, 1, 1}, {1, 1, 1}, true).status();
+    done = true;
+  });
+  absl::SleepFor(absl::Milliseconds(200));  // the kernel is spinning (or about to)
+  ASSERT_EQ(kill(pid, SIGKILL), 0);
+  launch.join();
+  EXPECT_EQ(launched.code(), absl::StatusCode::kFailedPrecondition) << launched;
+  EXPECT_THAT(std::string(launched.message()),
+              AllOf(HasSubstr("died: SIGKILL while running program"), HasSubstr("entry 'spin'")));
   EXPECT_EQ(device_->memory_in_use(), 0u);
   k.reset();
   c->Free(x);
