@@ -74,7 +74,7 @@ class ExecutorDeviceGraph : public DeviceGraph {
   ExecutorDeviceGraph(std::shared_ptr<Executor> executor, std::shared_ptr<Executor::Link> link, uint64_t id,
                       std::span<const GraphNode> nodes)
       : executor_(std::move(executor)), link_(std::move(link)), id_(id), nodes_(nodes.begin(), nodes.end()),
-        pending_(nodes.size(), false) {
+        pending_(nodes.size(), false), failures_seen_(link_->failures.load(std::memory_order_relaxed)) {
     for (const GraphNode& n : nodes_)
       if (!n.is_copy()) {
         what_ = absl::StrCat("replaying a device graph of ", nodes_.size(), nodes_.size() == 1 ? " node" : " nodes",
@@ -117,20 +117,31 @@ class ExecutorDeviceGraph : public DeviceGraph {
       ToWire(nodes_[node].global, *u->mutable_global());
       ToWire(nodes_[node].local, *u->mutable_local());
     };
-    if (resync_) {
+    // A command of the link the executor refused since this graph's last launch may have
+    // been this graph's launch without wait, failed part-way.
+    const uint64_t failures = link_->failures.load(std::memory_order_relaxed);
+    if (resync_ || failures != failures_seen_) {
       for (size_t i = 0; i < nodes_.size(); ++i) add(i);
     } else {
       for (size_t node : pending_nodes_) add(node);
     }
-    absl::StatusOr<Reply> reply = executor_->Call(*link_, r, what_);
-    if (!reply.ok()) {
+    std::optional<absl::Duration> time;
+    if (wait) {
+      absl::StatusOr<Reply> reply = executor_->Call(*link_, r, what_);
+      if (!reply.ok()) {
+        resync_ = true;
+        return reply.status();
+      }
+      time = TimeOf(*reply);
+    } else if (absl::Status s = executor_->Post(*link_, r, what_); !s.ok()) {
       resync_ = true;
-      return reply.status();
+      return s;
     }
     resync_ = false;
+    failures_seen_ = failures;
     for (size_t node : pending_nodes_) pending_[node] = false;
     pending_nodes_.clear();
-    return TimeOf(*reply);
+    return time;
   }
 
  private:
@@ -141,6 +152,7 @@ class ExecutorDeviceGraph : public DeviceGraph {
   std::vector<bool> pending_;     // updated since the last launch that succeeded
   std::vector<size_t> pending_nodes_;
   bool resync_ = false;
+  uint64_t failures_seen_;  // the link's failures at the last launch that was sent
   std::string what_;
 };
 
@@ -239,6 +251,10 @@ class ExecutorContext : public Context {
     ToWire(global, *l->mutable_global());
     ToWire(local, *l->mutable_local());
     l->set_wait(wait);
+    if (!wait) {
+      if (absl::Status s = executor_->Post(*link_, r, absl::StrCat("running ", k.name())); !s.ok()) return s;
+      return std::nullopt;
+    }
     absl::StatusOr<Reply> reply = executor_->Call(*link_, r, absl::StrCat("running ", k.name()));
     if (!reply.ok()) return reply.status();
     return TimeOf(*reply);
@@ -428,33 +444,62 @@ absl::StatusOr<std::shared_ptr<Executor::Link>> Executor::OpenContext() {
 
 absl::StatusOr<Reply> Executor::Call(Link& link, const Request& request, absl::string_view what,
                                      std::span<const uint8_t> in, std::span<uint8_t> out) {
-  if (absl::Status s = health(); !s.ok()) return s;
   absl::MutexLock lock(&link.mu);
+  if (absl::Status s = Send(link, request, what, in, out.size()); !s.ok()) return s;
+  if (absl::Status s = Await(link); !s.ok()) return s;
+  if (!out.empty()) std::memcpy(out.data(), link.channel.data().data(), out.size());
+  return link.reply;
+}
+
+absl::Status Executor::Post(Link& link, const Request& request, absl::string_view what) {
+  absl::MutexLock lock(&link.mu);
+  if (absl::Status s = Send(link, request, what, {}, 0); !s.ok()) return s;
+  link.outstanding = true;
+  return absl::OkStatus();
+}
+
+absl::Status Executor::Send(Link& link, const Request& request, absl::string_view what,
+                            std::span<const uint8_t> in, size_t out_bytes) {
+  if (link.outstanding) {
+    link.outstanding = false;
+    if (absl::Status s = Await(link); !s.ok()) {
+      if (!health().ok()) return s;  // the executor ended (the cause names the command)
+      return absl::Status(s.code(), absl::StrCat("an earlier command without wait failed: ", s.message()));
+    }
+  }
+  if (absl::Status s = health(); !s.ok()) return s;
   Channel& channel = link.channel;
   const size_t size = request.ByteSizeLong();
   std::span<uint8_t> message = channel.request();
   if (size > message.size())
     return absl::ResourceExhaustedError(absl::StrCat("a command of ", size, " bytes exceeds the executor channel's ",
                                                      message.size()));
-  if (in.size() > channel.data().size() || out.size() > channel.data().size())
+  if (in.size() > channel.data().size() || out_bytes > channel.data().size())
     return absl::InternalError("a transfer larger than the executor channel's data area");
   request.SerializeToArray(message.data(), static_cast<int>(message.size()));
   if (!in.empty()) std::memcpy(channel.data().data(), in.data(), in.size());
-  const absl::Duration timeout = absl::Nanoseconds(command_timeout_ns_.load(std::memory_order_relaxed));
+  link.what = std::string(what);
+  link.deadline = absl::Now() + absl::Nanoseconds(command_timeout_ns_.load(std::memory_order_relaxed));
   {
     absl::MutexLock in_flight(&mu_);
-    in_flight_[&link] = std::string(what);
+    in_flight_[&link] = link.what;
   }
   channel.PostRequest(size);
+  return absl::OkStatus();
+}
+
+absl::Status Executor::Await(Link& link) {
+  Channel& channel = link.channel;
   absl::StatusOr<uint64_t> bytes =
-      channel.AwaitReply(absl::Now() + timeout, [&] { return Reaped(what) || !health().ok(); });
+      channel.AwaitReply(link.deadline, [&] { return Reaped(link.what) || !health().ok(); });
   {
     absl::MutexLock in_flight(&mu_);
     in_flight_.erase(&link);
   }
   if (!bytes.ok()) {
     if (bytes.status().code() == absl::StatusCode::kDeadlineExceeded) {
-      End(absl::StrCat("was ended: ", what, " ran past the time limit of ", absl::FormatDuration(timeout)));
+      const absl::Duration limit = absl::Nanoseconds(command_timeout_ns_.load(std::memory_order_relaxed));
+      End(absl::StrCat("was ended: ", link.what, " ran past the time limit of ", absl::FormatDuration(limit)));
       // This command ran out of time; the executor's later commands find it ended.
       return absl::DeadlineExceededError(health().message());
     } else if (health().ok()) {
@@ -466,9 +511,9 @@ absl::StatusOr<Reply> Executor::Call(Link& link, const Request& request, absl::s
     End("sent a reply that does not parse");
     return health();
   }
-  if (absl::Status s = StatusOf(link.reply); !s.ok()) return s;
-  if (!out.empty()) std::memcpy(out.data(), channel.data().data(), out.size());
-  return link.reply;
+  absl::Status s = StatusOf(link.reply);
+  if (!s.ok()) link.failures.fetch_add(1, std::memory_order_relaxed);
+  return s;
 }
 
 ExecutorDevice::ExecutorDevice(std::unique_ptr<Device> inner, DeviceMemory& memory, ExecutorOptions options)

@@ -56,6 +56,14 @@ class Executor {
     absl::Mutex mu;
     Channel channel ABSL_GUARDED_BY(mu);
     Reply reply ABSL_GUARDED_BY(mu);
+    // The command posted last: what it does, when it runs out of time, and whether its
+    // reply is still to be read (a Post's).
+    std::string what ABSL_GUARDED_BY(mu);
+    absl::Time deadline ABSL_GUARDED_BY(mu);
+    bool outstanding ABSL_GUARDED_BY(mu) = false;
+    // Commands the executor refused, counted, so that a device graph whose launch may
+    // have failed part-way sends every node at its next launch.
+    std::atomic<uint64_t> failures{0};
     explicit Link(Channel c) : channel(std::move(c)) {}
   };
 
@@ -79,6 +87,11 @@ class Executor {
   // FAILED_PRECONDITION once the executor has ended; the reply's own status otherwise.
   absl::StatusOr<Reply> Call(Link& link, const Request& request, absl::string_view what,
                              std::span<const uint8_t> in = {}, std::span<uint8_t> out = {});
+  // Sends `request` on `link` and returns without its reply, which the link's next
+  // command reads first: the executor runs it while the daemon goes on (a launch without
+  // wait). Its failure is that next command's ("an earlier command without wait
+  // failed: ..."), as a GPU reports an asynchronous error at the next call.
+  absl::Status Post(Link& link, const Request& request, absl::string_view what);
 
   // Device memory held by this executor's allocations, reserved in the device's account
   // and given back when they are freed or when the executor ends.
@@ -105,6 +118,11 @@ class Executor {
   // Reaps the process if it has ended, recording why (with `doing`, or else a command
   // in flight); true when it has.
   bool Reaped(absl::string_view doing);
+  // Reads the reply of an outstanding command first, then posts `request`.
+  absl::Status Send(Link& link, const Request& request, absl::string_view what, std::span<const uint8_t> in,
+                    size_t out_bytes) ABSL_EXCLUSIVE_LOCKS_REQUIRED(link.mu);
+  // Waits for the reply of the command posted last, into link.reply.
+  absl::Status Await(Link& link) ABSL_EXCLUSIVE_LOCKS_REQUIRED(link.mu);
   // Ends the process (SIGKILL) and records `cause`.
   void End(const std::string& cause);
   void RecordDeath(const std::string& cause) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

@@ -142,6 +142,42 @@ TEST_F(ExecutorDriverTest, LaunchesAndDeviceGraphsRunInTheExecutor) {
   c->Free(y);
 }
 
+TEST_F(ExecutorDriverTest, ALaunchWithoutWaitRunsWhileTheDaemonGoesOnAndItsFailureIsTheNextCommands) {
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<Context> c, device_->OpenContext({"a"}));
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<Kernel> k,
+                       Build(*device_, *c, "void inc(float *x) { x[0] += 1; }", "inc", Sig({kInout})));
+  ASSERT_OK_AND_ASSIGN(Allocation x, c->Allocate(4));
+  ArgValue args[1];
+  args[0].address = x.address;
+  // Launches without wait are posted back to back; each waits only for the one before.
+  for (int i = 0; i < 10; ++i) {
+    ASSERT_OK_AND_ASSIGN(std::optional<absl::Duration> t, c->Launch(*k, args, {1, 1, 1}, {1, 1, 1}, false));
+    EXPECT_FALSE(t.has_value());
+  }
+  float v = 0;
+  ASSERT_TRUE(c->Read(x, 0, {reinterpret_cast<uint8_t*>(&v), 4}).ok());
+  EXPECT_EQ(v, 10.0f);
+  // One the executor refuses (a wrong argument count) is posted; the next command
+  // answers for it, and the context goes on.
+  ASSERT_TRUE(c->Launch(*k, {}, {1, 1, 1}, {1, 1, 1}, false).ok());
+  absl::Status next = c->Synchronize();
+  EXPECT_EQ(next.code(), absl::StatusCode::kInvalidArgument) << next;
+  EXPECT_THAT(std::string(next.message()), HasSubstr("an earlier command without wait failed"));
+  EXPECT_TRUE(c->Synchronize().ok());
+  EXPECT_TRUE(c->health().ok());
+  // A crash in one is the executor's death, named with that launch.
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<Kernel> boom,
+                       Build(*device_, *c, "void boom(float *x) { *(volatile int *)0 = 1; }", "boom", Sig({kInout})));
+  ASSERT_TRUE(c->Launch(*boom, args, {1, 1, 1}, {1, 1, 1}, false).ok());
+  next = c->Read(x, 0, {reinterpret_cast<uint8_t*>(&v), 4});
+  EXPECT_EQ(next.code(), absl::StatusCode::kFailedPrecondition) << next;
+  EXPECT_THAT(std::string(next.message()), HasSubstr("died: SIGSEGV while running program"));
+  EXPECT_THAT(std::string(next.message()), HasSubstr("entry 'boom'"));
+  boom.reset();
+  k.reset();
+  c->Free(x);
+}
+
 TEST_F(ExecutorDriverTest, EachTenantHasItsOwnExecutorAndItsContextsShareIt) {
   ASSERT_OK_AND_ASSIGN(std::unique_ptr<Context> a1, device_->OpenContext({"a"}));
   ASSERT_OK_AND_ASSIGN(std::unique_ptr<Context> a2, device_->OpenContext({"a"}));
