@@ -53,8 +53,11 @@ void DeviceSession::CloseLocked() {
 }
 
 absl::Status DeviceSession::CheckOpen() const {
-  if (closed_) return absl::NotFoundError(absl::StrCat("session ", id_, " is closed"));
-  return absl::OkStatus();
+  if (!closed_) return absl::OkStatus();
+  // A session closed because its context was lost (an executor died) goes on answering
+  // the cause to whoever still holds it (a Session stream), as FindSession does.
+  if (absl::Status lost = context_->health(); !lost.ok()) return lost;
+  return absl::NotFoundError(absl::StrCat("session ", id_, " is closed"));
 }
 
 absl::StatusOr<std::shared_ptr<DeviceBuffer>> DeviceSession::FindBuffer(Handle buffer) const {

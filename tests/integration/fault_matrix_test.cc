@@ -433,9 +433,8 @@ TEST_P(FaultMatrixCaseTest, AFaultAnswersAsPromisedAndTouchesNothingElse) {
       ASSERT_EQ(r.status().code(), code) << r.status();
       EXPECT_THAT(std::string(r.status().message()),
                   AllOf(HasSubstr("executor of tenant research on cpu:0"), HasSubstr(fault.cause)));
-      // Every later call of the session finds the executor gone. (Unary calls: the
-      // session's stream answers NOT_FOUND once the reaper has closed the session, see
-      // DISABLED_ALostSessionsStreamAnswersTheCauseAfterTheReaperClosedIt.)
+      // Every later call of the session finds the executor gone (the stream's calls too:
+      // ALostSessionsStreamAnswersTheCauseAfterTheReaperClosedIt).
       absl::StatusOr<Buffer> more = research.Alloc(64);
       EXPECT_EQ(more.status().code(), absl::StatusCode::kFailedPrecondition) << more.status();
       EXPECT_THAT(std::string(more.status().message()), HasSubstr(fault.cause));
@@ -566,13 +565,11 @@ TEST_F(FaultMatrixTest, AnExecutorKilledFromOutsideAnswersAsACrashDoes) {
   ExpectResearchLeftNothingBehind(research, baseline);
 }
 
-// A known bug, kept to be enabled with its fix: the daemon's Session stream holds the
-// session it found first (server/session_stream.cc), so once the engine's reaper has
-// closed a lost session (within a second), Launch, Copy and Replay on its stream answer
-// NOT_FOUND "session N is closed" where isolation.md promises FAILED_PRECONDITION with
-// the cause; unary calls answer the cause. Right after the fault the stream still
-// answers it, so a check there passes or fails by when the reaper runs.
-TEST_F(FaultMatrixTest, DISABLED_ALostSessionsStreamAnswersTheCauseAfterTheReaperClosedIt) {
+// The daemon's Session stream holds the session it found first (server/session_stream.cc);
+// once the engine's reaper has closed a lost session (within a second), Launch, Copy and
+// Replay on its stream still answer FAILED_PRECONDITION with the cause, as unary calls
+// do, not NOT_FOUND "session N is closed".
+TEST_F(FaultMatrixTest, ALostSessionsStreamAnswersTheCauseAfterTheReaperClosedIt) {
   ASSERT_NO_FATAL_FAILURE(StartDaemon(2));
   ASSERT_OK_AND_ASSIGN(Session research, research_->OpenSession("cpu:0"));
   ProgramSpec spec{"cpu-c", "void probe(int *out) { *(volatile int *)0 = 1; }", "probe",
