@@ -43,6 +43,9 @@ grpc::Status ReplaydService::KeepAlive(grpc::ServerContext* context, const v1::K
                                        v1::KeepAliveReply* reply) {
   auto session = FindSession(context, request->session());
   if (!session.ok()) return ToGrpc(session.status());
+  // A session whose context is lost (its executor died) says so at once, before the
+  // engine's reaper closes it.
+  if (absl::Status lost = (*session)->health(); !lost.ok()) return ToGrpc(lost);
   reply->set_lease_seconds(static_cast<uint32_t>(absl::ToInt64Seconds((*session)->lease())));
   return grpc::Status::OK;
 }

@@ -578,9 +578,12 @@ TEST_F(FaultMatrixTest, ALostSessionsStreamAnswersTheCauseAfterTheReaperClosedIt
   ASSERT_OK_AND_ASSIGN(Buffer out, research.Alloc(8));
   absl::StatusOr<v1::LaunchReply> r = research.Launch(probe, {View{&out}}, {1, 1, 1}, {1, 1, 1}, true);
   ASSERT_EQ(r.status().code(), absl::StatusCode::kFailedPrecondition) << r.status();
-  // KeepAlive answers OK until the reaper has closed the session, then the cause.
-  absl::Status alive;
-  EXPECT_TRUE(PollUntil([&] { return !(alive = research.KeepAlive()).ok(); })) << "the reaper never closed it";
+  // KeepAlive answers the cause at once, before the reaper's pass and after it.
+  absl::Status alive = research.KeepAlive();
+  EXPECT_EQ(alive.code(), absl::StatusCode::kFailedPrecondition) << alive;
+  EXPECT_THAT(std::string(alive.message()), HasSubstr("died: SIGSEGV"));
+  EXPECT_TRUE(PollUntil([&] { return daemon_->engine().session_count() == 0; })) << "the reaper never closed it";
+  alive = research.KeepAlive();
   EXPECT_EQ(alive.code(), absl::StatusCode::kFailedPrecondition) << alive;
   absl::StatusOr<Buffer> more = research.Alloc(64);
   EXPECT_EQ(more.status().code(), absl::StatusCode::kFailedPrecondition) << more.status();
