@@ -5,7 +5,9 @@
 //   - the 32-kernel chain replayed with wait and a 4 KiB read-back over the Session
 //     stream (round trip), and the same replays pipelined from one client (replays/s);
 //   - an empty-kernel Launch round trip (eager);
-//   - WriteBuffer and ReadBuffer of 1 MiB and of 64 MiB (MiB/s).
+//   - WriteBuffer and ReadBuffer of 1 MiB and of 64 MiB (MiB/s);
+//   - OpenSession and its close while the tenant's other sessions keep its executor
+//     running (round trip).
 // Under --placement=split both daemons (and the executors they spawn, which inherit the
 // daemon's affinity) share core 1; the client is on core 0. Only one daemon is driven at
 // a time; the other idles.
@@ -95,6 +97,13 @@ struct Subject {
       return r.ok() && r->reads[0].size() == 4096;
     });
   }
+  // OpenSession and its close, while the tenant's other sessions keep its executor running.
+  double OpenSessionUs(int iterations) {
+    return MedianLatencyUs(iterations, [&](int) {
+      auto s = client->OpenSession("cpu:0");
+      return s.ok();
+    });
+  }
   double LaunchRoundTripUs(int iterations) {
     return MedianLatencyUs(iterations, [&](int) {
       return session->Launch(*empty, {}, {1, 1, 1}, {1, 1, 1}, /*wait=*/true).ok();
@@ -158,6 +167,7 @@ int Main() {
     subjects.push_back([s, &large_host, large_n] { return s->Transfer(*s->large, large_host, large_n, true); });
   for (Subject* s : order)
     subjects.push_back([s, &large_host, large_n] { return s->Transfer(*s->large, large_host, large_n, false); });
+  for (Subject* s : order) subjects.push_back([s, iterations] { return s->OpenSessionUs(iterations / 4 + 1); });
   // Subjects in this order within each run: figure 1 A, figure 1 B, figure 2 A, ... (B
   // before A with --b_first).
   std::vector<double> m = InterleavedMedians(subjects, runs);
@@ -189,6 +199,7 @@ int Main() {
   rate("ReadBuffer 1 MiB", 8, "MiB/s");
   rate("WriteBuffer 64 MiB", 10, "MiB/s");
   rate("ReadBuffer 64 MiB", 12, "MiB/s");
+  us("OpenSession + close, executor running", 14);
   return 0;
 }
 
