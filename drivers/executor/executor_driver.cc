@@ -51,7 +51,7 @@ class ExecutorKernel : public Kernel {
   ~ExecutorKernel() override {
     Request r;
     r.set_free_kernel(id_);
-    if (executor_->health().ok()) executor_->Call(*link_, r, "freeing a kernel").IgnoreError();
+    if (executor_->health().ok()) executor_->Release(*link_, r, "freeing a kernel").IgnoreError();
   }
   const Signature& signature() const override { return signature_; }
   uint64_t id() const { return id_; }
@@ -87,7 +87,7 @@ class ExecutorDeviceGraph : public DeviceGraph {
   ~ExecutorDeviceGraph() override {
     Request r;
     r.set_free_graph(id_);
-    if (executor_->health().ok()) executor_->Call(*link_, r, "freeing a device graph").IgnoreError();
+    if (executor_->health().ok()) executor_->Release(*link_, r, "freeing a device graph").IgnoreError();
   }
 
   absl::Status Update(size_t node, std::span<const ArgValue> args, const Dim3& global, const Dim3& local) override {
@@ -166,7 +166,7 @@ class ExecutorContext : public Context {
   ~ExecutorContext() override {
     Request r;
     r.set_close_context(true);
-    if (executor_->health().ok()) executor_->Call(*link_, r, "closing a context").IgnoreError();
+    if (executor_->health().ok()) executor_->Release(*link_, r, "closing a context").IgnoreError();
     closed_();
   }
 
@@ -185,7 +185,7 @@ class ExecutorContext : public Context {
   void Free(const Allocation& allocation) override {
     Request r;
     ToWire(allocation, *r.mutable_free());
-    if (executor_->health().ok()) executor_->Call(*link_, r, "freeing an allocation").IgnoreError();
+    if (executor_->health().ok()) executor_->Release(*link_, r, "freeing an allocation").IgnoreError();
     executor_->Release(allocation.bytes);
   }
 
@@ -451,6 +451,12 @@ absl::StatusOr<Reply> Executor::Call(Link& link, const Request& request, absl::s
   return link.reply;
 }
 
+absl::Status Executor::Release(Link& link, const Request& request, absl::string_view what) {
+  absl::MutexLock lock(&link.mu);
+  if (absl::Status s = Send(link, request, what, {}, 0, /*after_any=*/true); !s.ok()) return s;
+  return Await(link);
+}
+
 absl::Status Executor::Post(Link& link, const Request& request, absl::string_view what) {
   absl::MutexLock lock(&link.mu);
   if (absl::Status s = Send(link, request, what, {}, 0); !s.ok()) return s;
@@ -459,12 +465,13 @@ absl::Status Executor::Post(Link& link, const Request& request, absl::string_vie
 }
 
 absl::Status Executor::Send(Link& link, const Request& request, absl::string_view what,
-                            std::span<const uint8_t> in, size_t out_bytes) {
+                            std::span<const uint8_t> in, size_t out_bytes, bool after_any) {
   if (link.outstanding) {
     link.outstanding = false;
     if (absl::Status s = Await(link); !s.ok()) {
       if (!health().ok()) return s;  // the executor ended (the cause names the command)
-      return absl::Status(s.code(), absl::StrCat("an earlier command without wait failed: ", s.message()));
+      if (!after_any)
+        return absl::Status(s.code(), absl::StrCat("an earlier command without wait failed: ", s.message()));
     }
   }
   if (absl::Status s = health(); !s.ok()) return s;

@@ -89,9 +89,13 @@ class Executor {
                              std::span<const uint8_t> in = {}, std::span<uint8_t> out = {});
   // Sends `request` on `link` and returns without its reply, which the link's next
   // command reads first: the executor runs it while the daemon goes on (a launch without
-  // wait). Its failure is that next command's ("an earlier command without wait
-  // failed: ..."), as a GPU reports an asynchronous error at the next call.
+  // wait). Its failure is that next command's answer ("an earlier command without wait
+  // failed: ...", that command not run), as a GPU reports an asynchronous error at the
+  // next call; a Release runs regardless.
   absl::Status Post(Link& link, const Request& request, absl::string_view what);
+  // Call for a command that gives something back (a free, a context's close): it runs
+  // even after an outstanding command's refusal, which nobody is told then.
+  absl::Status Release(Link& link, const Request& request, absl::string_view what);
 
   // Device memory held by this executor's allocations, reserved in the device's account
   // and given back when they are freed or when the executor ends.
@@ -120,7 +124,7 @@ class Executor {
   bool Reaped(absl::string_view doing);
   // Reads the reply of an outstanding command first, then posts `request`.
   absl::Status Send(Link& link, const Request& request, absl::string_view what, std::span<const uint8_t> in,
-                    size_t out_bytes) ABSL_EXCLUSIVE_LOCKS_REQUIRED(link.mu);
+                    size_t out_bytes, bool after_any = false) ABSL_EXCLUSIVE_LOCKS_REQUIRED(link.mu);
   // Waits for the reply of the command posted last, into link.reply.
   absl::Status Await(Link& link) ABSL_EXCLUSIVE_LOCKS_REQUIRED(link.mu);
   // Ends the process (SIGKILL) and records `cause`.

@@ -165,6 +165,14 @@ TEST_F(ExecutorDriverTest, ALaunchWithoutWaitRunsWhileTheDaemonGoesOnAndItsFailu
   EXPECT_THAT(std::string(next.message()), HasSubstr("an earlier command without wait failed"));
   EXPECT_TRUE(c->Synchronize().ok());
   EXPECT_TRUE(c->health().ok());
+  // A free after a refused one still gives its memory back (nobody is told of the
+  // refusal then), and leaves nothing outstanding.
+  const uint64_t before = device_->memory_in_use();
+  ASSERT_OK_AND_ASSIGN(Allocation y, c->Allocate(1 << 20));
+  ASSERT_TRUE(c->Launch(*k, {}, {1, 1, 1}, {1, 1, 1}, false).ok());
+  c->Free(y);
+  EXPECT_EQ(device_->memory_in_use(), before);
+  EXPECT_TRUE(c->Synchronize().ok());
   // A crash in one is the executor's death, named with that launch.
   ASSERT_OK_AND_ASSIGN(std::unique_ptr<Kernel> boom,
                        Build(*device_, *c, "void boom(float *x) { *(volatile int *)0 = 1; }", "boom", Sig({kInout})));
