@@ -4,6 +4,7 @@
 #include <cerrno>
 #include <cstdlib>
 #include <filesystem>
+#include <iostream>
 #include <optional>
 #include <string>
 #include <thread>
@@ -11,9 +12,22 @@
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "google/protobuf/text_format.h"
+#include "server/config.h"
 #include "server/daemon.h"
+#include "spdlog/sinks/stdout_color_sinks.h"
 #include "spdlog/spdlog.h"
+
+// Every flag below but these two has its field in DaemonConfig (proto/replayd/v1/config.proto),
+// of the same name: a new flag needs one there.
+ABSL_FLAG(std::string, config, "",
+          "config file: a replayd.v1.DaemonConfig in protobuf text format (see docs/configuration.md); "
+          "flags given on the command line win over it");
+ABSL_FLAG(bool, print_config, false,
+          "print the effective config (the command line over --config over the defaults) as a config file and "
+          "exit");
 
 ABSL_FLAG(std::string, listen, "127.0.0.1:7070", "address to serve on, host:port");
 ABSL_FLAG(std::string, devices, replayd::kKnownDeviceKinds,
@@ -88,20 +102,71 @@ std::filesystem::path DefaultCacheDir() {
   return "/var/cache/replayd";
 }
 
+// Says in the log why the value of flag `name` is refused, and which line of the config
+// file gave it if one did.
+void Refuse(const std::optional<replayd::ConfigFile>& config_file, absl::string_view name, absl::string_view why) {
+  spdlog::error("--{} {}{}", std::string(name), std::string(why), config_file ? config_file->Origin(name) : "");
+}
+
 // The value of `flag` when it is in [lo, hi]; otherwise says so in the log.
-std::optional<int> IntFlagIn(const absl::Flag<int>& flag, int lo, int hi) {
+std::optional<int> IntFlagIn(const std::optional<replayd::ConfigFile>& config_file, const absl::Flag<int>& flag,
+                             int lo, int hi) {
   const int value = absl::GetFlag(flag);
   if (value >= lo && value <= hi) return value;
-  spdlog::error("--{} must be in [{}, {}]", std::string(absl::GetFlagReflectionHandle(flag).Name()), lo, hi);
+  Refuse(config_file, absl::GetFlagReflectionHandle(flag).Name(), absl::StrCat("must be in [", lo, ", ", hi, "]"));
   return std::nullopt;
+}
+
+// Reads the config file named by --config, if the command line names one, and sets the
+// flags it gives; the command line is parsed after, so the flags given there win.
+absl::StatusOr<std::optional<replayd::ConfigFile>> ReadConfigFlags(int argc, char** argv) {
+  // The flags of this file and the fields of DaemonConfig must agree before any is read.
+  absl::Status matches = replayd::CheckConfigMatchesFlags(__FILE__, {"config", "print_config"});
+  if (!matches.ok()) return matches;
+  std::optional<std::string> path = replayd::ConfigFlagIn(argc, argv);
+  if (!path) return std::nullopt;
+  absl::StatusOr<replayd::ConfigFile> file = replayd::ConfigFile::Read(*path);
+  if (!file.ok()) return file.status();
+  absl::Status set = file->SetFlags();
+  if (!set.ok()) return set;
+  return std::optional<replayd::ConfigFile>(*std::move(file));
+}
+
+// Prints the config the flags now hold, as a config file --config reads back.
+int PrintConfig() {
+  absl::StatusOr<replayd::v1::DaemonConfig> config = replayd::ConfigFromFlags();
+  std::string text;
+  if (!config.ok() || !google::protobuf::TextFormat::PrintToString(*config, &text)) {
+    spdlog::error("--print_config: {}", config.status().ToString());
+    return 1;
+  }
+  std::cout << "# replayd's effective config (replayd --print_config): a replayd.v1.DaemonConfig\n" << text;
+  return std::cout.flush() ? 0 : 1;
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
   absl::SetProgramUsageMessage("replayd [flags]: serve compute devices over gRPC");
+  absl::StatusOr<std::optional<replayd::ConfigFile>> config_file = ReadConfigFlags(argc, argv);
+  if (!config_file.ok()) {
+    spdlog::error("--config: {}", std::string(config_file.status().message()));
+    return config_file.status().code() == absl::StatusCode::kInternal ? 1 : 2;
+  }
   absl::ParseCommandLine(argc, argv);
-  spdlog::set_level(spdlog::level::from_str(absl::GetFlag(FLAGS_log_level)));
+  if (absl::GetFlag(FLAGS_config) != replayd::ConfigFlagIn(argc, argv).value_or("")) {
+    spdlog::error("--config must be given on the command line itself, not through another flag");
+    return 2;
+  }
+  const std::optional<replayd::ConfigFile>& file = *config_file;
+  // With --print_config, stdout carries the config alone; the log goes to stderr.
+  if (absl::GetFlag(FLAGS_print_config)) spdlog::set_default_logger(spdlog::stderr_color_st("replayd"));
+  const spdlog::level::level_enum log_level = spdlog::level::from_str(absl::GetFlag(FLAGS_log_level));
+  if (log_level == spdlog::level::off && absl::GetFlag(FLAGS_log_level) != "off") {
+    Refuse(file, "log_level", "must be trace, debug, info, warn, error or off");
+    return 2;
+  }
+  spdlog::set_level(log_level);
 
   // Block the shutdown signals in every thread; this one takes them with sigwait.
   sigset_t signals;
@@ -112,7 +177,7 @@ int main(int argc, char** argv) {
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
 
   if (absl::GetFlag(FLAGS_lease_seconds) <= 0) {
-    spdlog::error("--lease_seconds must be positive");
+    Refuse(file, "lease_seconds", "must be positive");
     return 2;
   }
   replayd::DaemonOptions options;
@@ -129,10 +194,12 @@ int main(int argc, char** argv) {
   options.cpu.threads = absl::GetFlag(FLAGS_cpu_threads);
   const std::string isolation = absl::GetFlag(FLAGS_isolation);
   const int max_launch = absl::GetFlag(FLAGS_max_launch_seconds);
-  if ((isolation != "process" && isolation != "shared") || max_launch < 1 ||
-      max_launch > static_cast<int>(replayd::kMaxLaunchSeconds)) {
-    spdlog::error("--isolation must be process or shared, --max_launch_seconds in [1, {}]",
-                  replayd::kMaxLaunchSeconds);
+  if (isolation != "process" && isolation != "shared") {
+    Refuse(file, "isolation", "must be process or shared");
+    return 2;
+  }
+  if (max_launch < 1 || max_launch > static_cast<int>(replayd::kMaxLaunchSeconds)) {
+    Refuse(file, "max_launch_seconds", absl::StrCat("must be in [1, ", replayd::kMaxLaunchSeconds, "]"));
     return 2;
   }
   options.tenant_defaults.isolation =
@@ -141,9 +208,12 @@ int main(int argc, char** argv) {
 #ifdef REPLAYD_WITH_CUDA
   absl::StatusOr<replayd::CudaContextPolicy> cuda_context =
       replayd::ParseCudaContextPolicy(absl::GetFlag(FLAGS_cuda_context));
-  if (!cuda_context.ok() || absl::GetFlag(FLAGS_cuda_staging_bytes) < 4096 ||
-      absl::GetFlag(FLAGS_cuda_staging_bytes) > (uint64_t{1} << 30)) {
-    spdlog::error("--cuda_context must be session or primary, --cuda_staging_bytes in [4096, 1 GiB]");
+  if (!cuda_context.ok()) {
+    Refuse(file, "cuda_context", "must be session or primary");
+    return 2;
+  }
+  if (absl::GetFlag(FLAGS_cuda_staging_bytes) < 4096 || absl::GetFlag(FLAGS_cuda_staging_bytes) > (uint64_t{1} << 30)) {
+    Refuse(file, "cuda_staging_bytes", "must be in [4096, 1 GiB]");
     return 2;
   }
   options.cuda.context = *cuda_context;
@@ -152,23 +222,28 @@ int main(int argc, char** argv) {
 #ifdef REPLAYD_WITH_HIP
   absl::StatusOr<replayd::HipDeviceGraph> hip_graph =
       replayd::ParseHipDeviceGraph(absl::GetFlag(FLAGS_hip_device_graph));
-  if (!hip_graph.ok() || absl::GetFlag(FLAGS_hip_staging_bytes) < 4096 ||
-      absl::GetFlag(FLAGS_hip_staging_bytes) > (uint64_t{1} << 30)) {
-    spdlog::error("--hip_device_graph must be auto, graph or stream, --hip_staging_bytes in [4096, 1 GiB]");
+  if (!hip_graph.ok()) {
+    Refuse(file, "hip_device_graph", "must be auto, graph or stream");
+    return 2;
+  }
+  if (absl::GetFlag(FLAGS_hip_staging_bytes) < 4096 || absl::GetFlag(FLAGS_hip_staging_bytes) > (uint64_t{1} << 30)) {
+    Refuse(file, "hip_staging_bytes", "must be in [4096, 1 GiB]");
     return 2;
   }
   options.hip.device_graph = *hip_graph;
   options.hip.staging_bytes = absl::GetFlag(FLAGS_hip_staging_bytes);
 #endif
-  if (absl::GetFlag(FLAGS_graph_batch) < 1 || absl::GetFlag(FLAGS_graph_cache_graphs) < 1) {
-    spdlog::error("--graph_batch and --graph_cache_graphs must be at least 1");
-    return 2;
+  for (const auto* flag : {&FLAGS_graph_batch, &FLAGS_graph_cache_graphs}) {
+    if (absl::GetFlag(*flag) < 1) {
+      Refuse(file, absl::GetFlagReflectionHandle(*flag).Name(), "must be at least 1");
+      return 2;
+    }
   }
   options.engine.batch.first_limit = absl::GetFlag(FLAGS_graph_batch);
-  const std::optional<int> stream_window = IntFlagIn(FLAGS_stream_window, 0, 65536),
-                           stream_threads = IntFlagIn(FLAGS_stream_threads, 1, 256),
-                           stream_workers = IntFlagIn(FLAGS_stream_workers, 1, 65536),
-                           workers_per_tenant = IntFlagIn(FLAGS_stream_workers_per_tenant, 1, 65536);
+  const std::optional<int> stream_window = IntFlagIn(file, FLAGS_stream_window, 0, 65536),
+                           stream_threads = IntFlagIn(file, FLAGS_stream_threads, 1, 256),
+                           stream_workers = IntFlagIn(file, FLAGS_stream_workers, 1, 65536),
+                           workers_per_tenant = IntFlagIn(file, FLAGS_stream_workers_per_tenant, 1, 65536);
   if (!stream_window || !stream_threads || !stream_workers || !workers_per_tenant) return 2;
   options.streams.window = *stream_window;
   options.streams.threads = *stream_threads;
@@ -177,11 +252,16 @@ int main(int argc, char** argv) {
   options.engine.graph_cache.max_graphs = absl::GetFlag(FLAGS_graph_cache_graphs);
   options.engine.graph_cache.max_bytes = absl::GetFlag(FLAGS_graph_cache_bytes);
 
-  if (absl::GetFlag(FLAGS_queue_limit) < 1 || absl::GetFlag(FLAGS_scheduler_quantum) < absl::Microseconds(1) ||
-      absl::GetFlag(FLAGS_batch_max_wait) <= absl::ZeroDuration()) {
-    spdlog::error(
-        "--queue_limit must be at least 1, --scheduler_quantum at least 1us and "
-        "--batch_max_wait positive");
+  if (absl::GetFlag(FLAGS_queue_limit) < 1) {
+    Refuse(file, "queue_limit", "must be at least 1");
+    return 2;
+  }
+  if (absl::GetFlag(FLAGS_scheduler_quantum) < absl::Microseconds(1)) {
+    Refuse(file, "scheduler_quantum", "must be at least 1us");
+    return 2;
+  }
+  if (absl::GetFlag(FLAGS_batch_max_wait) <= absl::ZeroDuration()) {
+    Refuse(file, "batch_max_wait", "must be positive");
     return 2;
   }
   options.engine.queue_limit = absl::GetFlag(FLAGS_queue_limit);
@@ -197,15 +277,16 @@ int main(int argc, char** argv) {
     const std::string host = options.listen.substr(0, options.listen.rfind(':'));
     const bool loopback = host == "localhost" || host == "[::1]" || host.rfind("127.", 0) == 0;
     if (!loopback && !absl::GetFlag(FLAGS_allow_remote_without_tenants)) {
-      spdlog::error(
-          "--listen {} is not loopback and there is no --tenants: every caller would be "
-          "the unauthenticated tenant default. Give --tenants, or "
-          "--allow_remote_without_tenants to serve it anyway.",
-          options.listen);
+      Refuse(file, "listen",
+             absl::StrCat(options.listen,
+                          " is not loopback and there is no --tenants: every caller would be the unauthenticated "
+                          "tenant default. Give --tenants, or --allow_remote_without_tenants to serve it anyway."));
       return 2;
     }
     spdlog::warn("no --tenants: every caller is the tenant default, without authentication");
   }
+  // The effective config, once every value has passed its checks.
+  if (absl::GetFlag(FLAGS_print_config)) return PrintConfig();
 
   auto daemon = replayd::Daemon::Start(options);
   if (!daemon.ok()) {
