@@ -228,6 +228,13 @@ absl::StatusOr<v1::DaemonConfig> ConfigFromFlags() {
 
 absl::Status CheckConfigMatchesFlags(absl::string_view flags_file, absl::Span<const absl::string_view> not_in_config) {
   const google::protobuf::Descriptor& descriptor = *v1::DaemonConfig::descriptor();
+  for (const auto& [name, flag] : absl::GetAllFlags()) {
+    if (!absl::EndsWith(flag->Filename(), flags_file) || flag->IsRetired()) continue;
+    if (descriptor.FindFieldByName(std::string(name)) != nullptr) continue;
+    if (std::find(not_in_config.begin(), not_in_config.end(), name) != not_in_config.end()) continue;
+    return absl::InternalError(
+        absl::StrCat("--", name, " has no field in DaemonConfig (proto/replayd/v1/config.proto): add one"));
+  }
   for (int i = 0; i < descriptor.field_count(); ++i) {
     const FieldDescriptor& field = *descriptor.field(i);
     const absl::CommandLineFlag* flag = absl::FindCommandLineFlag(field.name());
@@ -236,13 +243,6 @@ absl::Status CheckConfigMatchesFlags(absl::string_view flags_file, absl::Span<co
     if (!FieldHoldsFlag(field, *flag))
       return absl::InternalError(
           absl::StrCat("config field ", field.name(), " (", field.type_name(), ") cannot hold its flag's values"));
-  }
-  for (const auto& [name, flag] : absl::GetAllFlags()) {
-    if (!absl::EndsWith(flag->Filename(), flags_file) || flag->IsRetired()) continue;
-    if (descriptor.FindFieldByName(std::string(name)) != nullptr) continue;
-    if (std::find(not_in_config.begin(), not_in_config.end(), name) != not_in_config.end()) continue;
-    return absl::InternalError(
-        absl::StrCat("--", name, " has no field in DaemonConfig (proto/replayd/v1/config.proto): add one"));
   }
   return absl::OkStatus();
 }
