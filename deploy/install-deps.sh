@@ -12,7 +12,11 @@ packages=(
   libamdhip64-dev libseccomp-dev
   clang-16 libclang-rt-16-dev
   python3-grpcio python3-protobuf python3-numpy python3-pytest
+  # the deployment files' checks (tests/deploy)
+  systemd yamllint python3-yaml
 )
+# kubectl for tests/deploy: Debian's, unless one is installed already (a newer one stays).
+command -v kubectl >/dev/null || packages+=(kubernetes-client)
 
 missing=()
 for p in "${packages[@]}"; do
