@@ -2,7 +2,8 @@
 # The container image (deploy/Containerfile) installs every Debian package whose shared
 # libraries the binaries it copies load: each library ldd finds is traced to its package
 # (dpkg -S), and each package must be in the Containerfile's apt-get install (those the
-# base image has too, such as libc6, so the list is whole). Runs where the binaries were built,
+# base image has too, such as libc6, so the list is whole), and each package it names must
+# be in the archive (apt-cache show). Runs where the binaries were built,
 # which deploy/build-image.sh requires to be Debian 12, as the image is.
 #   container_deps_test.sh CONTAINERFILE BINARY...     (exit 77: skipped, not Debian)
 set -euo pipefail
@@ -46,6 +47,14 @@ for lib in "${!used_by[@]}"; do
   fi
   grep -qx "$package" <<<"$installed" || missing+=("$package ($(basename "$lib") of ${used_by[$lib]% })")
 done
+# Every package it names is one Debian 12 has (where apt's package lists are here to ask).
+if compgen -G '/var/lib/apt/lists/*_Packages*' >/dev/null; then
+  for package in $installed; do
+    apt-cache show "$package" >/dev/null 2>&1 || missing+=("$package (named, but not in the archive)")
+  done
+else
+  echo "note: no apt package lists here; the packages' names are not checked against the archive"
+fi
 if [ "${#missing[@]}" -gt 0 ]; then
   echo "FAIL: $containerfile does not install:"
   printf '  %s\n' "${missing[@]}" | sort -u
