@@ -160,11 +160,15 @@ bool FieldHoldsFlag(const FieldDescriptor& field, const absl::CommandLineFlag& f
 }  // namespace
 
 absl::StatusOr<ConfigFile> ConfigFile::Read(const std::filesystem::path& path) {
+  std::error_code ec;
+  if (!std::filesystem::is_regular_file(path, ec))
+    return absl::InvalidArgumentError(absl::StrCat("cannot read config file ", path.string(), ": ",
+                                                   ec ? ec.message() : "not a regular file"));
   std::ifstream in(path);
-  if (!in)
-    return absl::InvalidArgumentError(absl::StrCat("cannot read config file ", path.string(), ": ", strerror(errno)));
   std::stringstream buffer;
-  buffer << in.rdbuf();
+  if (in) buffer << in.rdbuf();
+  if (!in || in.bad())
+    return absl::InvalidArgumentError(absl::StrCat("cannot read config file ", path.string(), ": ", strerror(errno)));
   const std::string text = buffer.str();
 
   v1::DaemonConfig config;
@@ -192,7 +196,12 @@ absl::StatusOr<ConfigFile> ConfigFile::Read(const std::filesystem::path& path) {
 }
 
 absl::Status ConfigFile::SetFlags() const {
-  for (const auto& [name, setting] : settings_) {
+  // In the file's order, so that the first bad line is the one named.
+  std::vector<std::pair<std::string, Setting>> in_order(settings_.begin(), settings_.end());
+  std::sort(in_order.begin(), in_order.end(), [](const auto& a, const auto& b) {
+    return std::tie(a.second.line, a.second.column) < std::tie(b.second.line, b.second.column);
+  });
+  for (const auto& [name, setting] : in_order) {
     const std::string where = absl::StrCat(path_.string(), ":", setting.line, ":", setting.column, ": field ", name);
     absl::CommandLineFlag* flag = absl::FindCommandLineFlag(name);
     if (flag == nullptr) return absl::InvalidArgumentError(absl::StrCat(where, ": the daemon has no such flag"));

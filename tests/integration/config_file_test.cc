@@ -173,11 +173,13 @@ TEST(ConfigMatchesFlagsTest, AFlagWithoutAFieldIsNamed) {
   EXPECT_TRUE(absl::StrContains(without_flag.message(), "config field listen names no flag of")) << without_flag;
 }
 
-TEST(ConfigFileTest, AMissingFileIsRefused) {
+TEST(ConfigFileTest, AMissingFileOrADirectoryIsRefused) {
   TempDir dir;
-  const Exit run = RunReplayd(dir, {"--config=" + (dir.path() / "absent.conf").string(), "--print_config"});
-  EXPECT_EQ(run.code, 2) << run.out;
-  EXPECT_TRUE(absl::StrContains(run.out, "cannot read config file")) << run.out;
+  for (const std::filesystem::path& path : {dir.path() / "absent.conf", dir.path()}) {
+    const Exit run = RunReplayd(dir, {"--config=" + path.string(), "--print_config"});
+    EXPECT_EQ(run.code, 2) << run.out;
+    EXPECT_TRUE(absl::StrContains(run.out, "cannot read config file " + path.string() + ": ")) << run.out;
+  }
 }
 
 // --print_config gives every field, and its output read back with --config gives the same
