@@ -190,24 +190,28 @@ absl::StatusOr<ConfigFile> ConfigFile::Read(const std::filesystem::path& path) {
     absl::StatusOr<std::string> text_value = FlagText(config, *field);
     if (!text_value.ok()) return text_value.status();
     const auto where = locations.GetLocation(field, -1);
-    file.settings_[field->name()] = {*std::move(text_value), where.line + 1, where.column + 1};
+    file.settings_[field->name()] = {*std::move(text_value), where.line + 1, where.column + 1, std::nullopt};
   }
   return file;
 }
 
-absl::Status ConfigFile::SetFlags() const {
+absl::Status ConfigFile::SetFlags() {
   // In the file's order, so that the first bad line is the one named.
-  std::vector<std::pair<std::string, Setting>> in_order(settings_.begin(), settings_.end());
-  std::sort(in_order.begin(), in_order.end(), [](const auto& a, const auto& b) {
-    return std::tie(a.second.line, a.second.column) < std::tie(b.second.line, b.second.column);
+  std::vector<std::pair<const std::string, Setting>*> in_order;
+  for (auto& entry : settings_) in_order.push_back(&entry);
+  std::sort(in_order.begin(), in_order.end(), [](const auto* a, const auto* b) {
+    return std::tie(a->second.line, a->second.column) < std::tie(b->second.line, b->second.column);
   });
-  for (const auto& [name, setting] : in_order) {
+  for (auto* entry : in_order) {
+    const std::string& name = entry->first;
+    Setting& setting = entry->second;
     const std::string where = absl::StrCat(path_.string(), ":", setting.line, ":", setting.column, ": field ", name);
     absl::CommandLineFlag* flag = absl::FindCommandLineFlag(name);
     if (flag == nullptr) return absl::InvalidArgumentError(absl::StrCat(where, ": the daemon has no such flag"));
     std::string why;
     if (!flag->ParseFrom(setting.text, &why))
       return absl::InvalidArgumentError(absl::StrCat(where, ": \"", setting.text, "\": ", why));
+    setting.held = flag->CurrentValue();
   }
   return absl::OkStatus();
 }
@@ -216,7 +220,7 @@ std::string ConfigFile::Origin(absl::string_view name) const {
   const auto it = settings_.find(name);
   if (it == settings_.end()) return "";
   const absl::CommandLineFlag* flag = absl::FindCommandLineFlag(name);
-  if (flag == nullptr || flag->CurrentValue() != it->second.text) return "";
+  if (flag == nullptr || !it->second.held || flag->CurrentValue() != *it->second.held) return "";
   return absl::StrCat(" (", path_.string(), ":", it->second.line, ":", it->second.column, " sets ", name, ")");
 }
 

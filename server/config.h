@@ -30,10 +30,10 @@ class ConfigFile {
   // Fails with INVALID_ARGUMENT naming the file, line, column and field when a flag refuses
   // the value (a duration that does not parse), or when the field names no flag; flags set
   // before the failure keep their new values (the daemon then does not start).
-  absl::Status SetFlags() const;
+  absl::Status SetFlags();
 
-  // When the file sets field `name` and its flag still holds that value (the command line
-  // did not give another): " (FILE:LINE:COLUMN sets NAME)"; otherwise "". For messages
+  // When SetFlags set the flag of field `name` and the flag still holds that value (the
+  // command line did not give another): " (FILE:LINE:COLUMN sets NAME)"; otherwise "". For messages
   // about a flag's value, so that they point at the line that gave it.
   std::string Origin(absl::string_view name) const;
 
@@ -42,6 +42,7 @@ class ConfigFile {
     std::string text;  // the value as its flag reads it
     int line = 0;      // 1-based
     int column = 0;    // 1-based
+    std::optional<std::string> held;  // the flag's value once SetFlags set it, as the flag writes it
   };
   explicit ConfigFile(std::filesystem::path path) : path_(std::move(path)) {}
 

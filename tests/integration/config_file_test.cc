@@ -158,6 +158,8 @@ INSTANTIATE_TEST_SUITE_P(
                       BadFile{"ItsFlagRefusesIt", "devices: \"cpu\"\n\nscheduler_quantum: \"soon\"\n", "3:1",
                               "scheduler_quantum"},
                       BadFile{"OutOfRange", "devices: \"cpu\"\n  lease_seconds: 0\n", "2:3", "lease_seconds"},
+                      // Named as the flag does not write it ("1ms"), and still pointed at.
+                      BadFile{"OutOfRangeDuration", "batch_max_wait: \"0.000s\"\n", "1:1", "batch_max_wait"},
                       BadFile{"NotALogLevel", "log_level: \"loud\"\n", "1:1", "log_level"}),
     [](const ::testing::TestParamInfo<BadFile>& info) { return info.param.name; });
 
