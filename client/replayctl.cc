@@ -34,7 +34,8 @@ ABSL_FLAG(int, eager_steps, 32, "demo: decode steps run eagerly for comparison")
 namespace replayd::client {
 namespace {
 
-constexpr char kUsage[] = R"(replayctl [flags] COMMAND [ARG]: the command-line client of replayd.
+// absl prints it after "replayctl: ".
+constexpr char kUsage[] = R"([flags] COMMAND [ARG]: the command-line client of replayd.
 
 COMMANDS
   devices            the daemon's devices: kind, name, memory total and free, program
@@ -305,7 +306,7 @@ int main(int argc, char** argv) {
   absl::SetProgramUsageMessage(replayd::client::kUsage);
   std::vector<char*> positional = absl::ParseCommandLine(argc, argv);
   if (positional.size() < 2) {
-    std::cerr << absl::ProgramUsageMessage() << "\n\nreplayctl --help lists the flags too.\n";
+    std::cerr << "replayctl " << absl::ProgramUsageMessage() << "\n\nreplayctl --help lists the flags too.\n";
     return 2;
   }
   replayd::client::ClientOptions client_options;
@@ -344,6 +345,6 @@ int main(int argc, char** argv) {
     return s.ok() ? 0 : replayd::client::Fail(s);
   }
   std::cerr << "replayctl: unknown command or wrong arguments: " << absl::StrJoin(positional.begin() + 1, positional.end(), " ")
-            << "\n\n" << absl::ProgramUsageMessage() << "\n";
+            << "\n\nreplayctl " << absl::ProgramUsageMessage() << "\n";
   return 2;
 }

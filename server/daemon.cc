@@ -17,6 +17,9 @@ namespace replayd {
 
 namespace {
 
+// How long calls still running when the drain ends may go on before they are cancelled.
+constexpr absl::Duration kLastCallsGrace = absl::Seconds(1);
+
 absl::StatusOr<std::string> ReadFile(const std::filesystem::path& path) {
   std::ifstream in(path, std::ios::binary);
   if (!in) return absl::InvalidArgumentError(absl::StrCat("cannot read ", path.string()));
@@ -194,7 +197,9 @@ size_t Daemon::Stop() {
   } else {
     spdlog::info("drained: every session has closed");
   }
-  Shutdown(std::max(deadline, absl::Now()));
+  // With every session closed, what still runs belongs to none: an admin's or a probe's
+  // call, or a health Watch, which never ends by itself.
+  Shutdown(std::min(deadline, absl::Now() + kLastCallsGrace));
   return open;
 }
 

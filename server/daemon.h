@@ -97,9 +97,9 @@ class Daemon {
 
   // Ends the drain (beginning one if none has): waits until every session has closed (by
   // its client, its lease or an admin) or the drain's time is up, then stops the server:
-  // calls still running get what is left of that time, then are cancelled, and the
-  // streams' operations are waited for. Returns the sessions still open, which the
-  // destructor closes. Call once.
+  // calls still running get what is left of that time, at most 1 s, then are cancelled
+  // (a health Watch among them), and the streams' operations are waited for. Returns the
+  // sessions still open, which the destructor closes. Call once.
   size_t Stop();
 
  private:
