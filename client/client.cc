@@ -547,7 +547,9 @@ Client Client::Connect(const std::string& target, ClientOptions options) {
   }
   auto channel = grpc::CreateCustomChannel(target, credentials, args);
   return Client(std::shared_ptr<v1::Replayd::Stub>(v1::Replayd::NewStub(channel)),
-                std::shared_ptr<v1::Admin::Stub>(v1::Admin::NewStub(channel)), std::move(options));
+                std::shared_ptr<v1::Admin::Stub>(v1::Admin::NewStub(channel)),
+                std::shared_ptr<grpc::health::v1::Health::Stub>(grpc::health::v1::Health::NewStub(channel)),
+                std::move(options));
 }
 
 absl::StatusOr<std::vector<v1::TenantStatus>> Client::ListTenants() {
@@ -568,6 +570,25 @@ absl::StatusOr<std::string> Client::CloseAnySession(uint64_t session) {
   absl::Status s = FromGrpc(admin_->CloseSession(&context, request, &reply));
   if (!s.ok()) return s;
   return reply.tenant();
+}
+
+absl::StatusOr<v1::DrainReply> Client::Drain() {
+  grpc::ClientContext context;
+  Authorize(context, options_.token);
+  v1::DrainReply reply;
+  absl::Status s = FromGrpc(admin_->Drain(&context, v1::DrainRequest(), &reply));
+  if (!s.ok()) return s;
+  return reply;
+}
+
+absl::StatusOr<grpc::health::v1::HealthCheckResponse::ServingStatus> Client::Health(const std::string& service) {
+  grpc::ClientContext context;
+  grpc::health::v1::HealthCheckRequest request;
+  request.set_service(service);
+  grpc::health::v1::HealthCheckResponse reply;
+  absl::Status s = FromGrpc(health_->Check(&context, request, &reply));
+  if (!s.ok()) return s;
+  return reply.status();
 }
 
 absl::StatusOr<std::vector<v1::Device>> Client::ListDevices() {

@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "grpc/health/v1/health.grpc.pb.h"
 #include "replayd/v1/admin.grpc.pb.h"
 #include "replayd/v1/replayd.grpc.pb.h"
 
@@ -271,12 +272,21 @@ class Client {
   absl::StatusOr<std::vector<v1::TenantStatus>> ListTenants();
   // Closes any tenant's session; returns the tenant that owned it.
   absl::StatusOr<std::string> CloseAnySession(uint64_t session);
+  // Begins draining the daemon (Admin.Drain); a drain under way goes on unchanged.
+  absl::StatusOr<v1::DrainReply> Drain();
+
+  // The daemon's health (grpc.health.v1 Check, which needs no token) for `service`: "" for
+  // the daemon as a whole, or a service's full name ("replayd.v1.Replayd"). NOT_FOUND
+  // for a service the daemon does not know.
+  absl::StatusOr<grpc::health::v1::HealthCheckResponse::ServingStatus> Health(const std::string& service = "");
 
  private:
-  Client(std::shared_ptr<v1::Replayd::Stub> stub, std::shared_ptr<v1::Admin::Stub> admin, ClientOptions options)
-      : stub_(std::move(stub)), admin_(std::move(admin)), options_(std::move(options)) {}
+  Client(std::shared_ptr<v1::Replayd::Stub> stub, std::shared_ptr<v1::Admin::Stub> admin,
+         std::shared_ptr<grpc::health::v1::Health::Stub> health, ClientOptions options)
+      : stub_(std::move(stub)), admin_(std::move(admin)), health_(std::move(health)), options_(std::move(options)) {}
   std::shared_ptr<v1::Replayd::Stub> stub_;
   std::shared_ptr<v1::Admin::Stub> admin_;
+  std::shared_ptr<grpc::health::v1::Health::Stub> health_;
   ClientOptions options_;
 };
 

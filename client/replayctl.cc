@@ -1,15 +1,6 @@
-// replayctl: the command-line client of replayd.
-//
-//   replayctl devices
-//   replayctl run FILE.c --entry NAME --args SPECS --global N[,N,N] [--core_id]
-//   replayctl demo
-//   replayctl tenants                  (admin) tenants, usage against quotas, sessions
-//   replayctl close-session ID         (admin) close any tenant's session (hex id)
-//
-// SPECS for run is a comma-separated list, one per kernel argument in order:
-//   in:f32:N[:FILL], out:f32:N, inout:f32:N[:FILL]   a buffer of N elements (f32 or i32)
-//   i32:VALUE, i64:VALUE                             an integer
-// FILL is zero (default), ramp (0, 1, 2, ...), rand, or a number.
+// replayctl: the command-line client of replayd. kUsage below is its --help: every
+// subcommand, and the argument specs of run.
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
@@ -33,7 +24,7 @@ ABSL_FLAG(std::string, tls_ca, "", "PEM file of the CA that signed the daemon's 
 ABSL_FLAG(std::string, tls_cert, "", "PEM certificate chain of this client (mutual TLS)");
 ABSL_FLAG(std::string, tls_key, "", "PEM private key of --tls_cert");
 ABSL_FLAG(std::string, entry, "", "run: the kernel's function name");
-ABSL_FLAG(std::string, args, "", "run: argument specs (see --help)");
+ABSL_FLAG(std::string, args, "", "run: the kernel's arguments, comma-separated specs (ARGUMENTS OF run above)");
 ABSL_FLAG(std::string, global, "1", "run: global dimensions, N[,N,N]");
 ABSL_FLAG(bool, core_id, false, "run: pass the invocation index as a trailing int");
 ABSL_FLAG(std::vector<std::string>, options, {}, "run: compiler options");
@@ -42,6 +33,57 @@ ABSL_FLAG(int, eager_steps, 32, "demo: decode steps run eagerly for comparison")
 
 namespace replayd::client {
 namespace {
+
+// absl prints it after "replayctl: ".
+constexpr char kUsage[] = R"([flags] COMMAND [ARG]: the command-line client of replayd.
+
+COMMANDS
+  devices            the daemon's devices: kind, name, memory total and free, program
+                     formats, launch limits, driver version
+  run FILE.c         compile the cpu-c kernel in FILE.c, run it once on --device with the
+                     buffers and integers --args describes, and print the buffers it wrote
+                     (needs --entry and --args; --global, --core_id, --options)
+  demo               a small transformer decodes tokens on --device: one decode step
+                     captured once, replayed per token, pipelined and as a sequence, each
+                     step checked against a host reference and timed against eager
+                     launches (--tokens, --eager_steps)
+  health [SERVICE]   the daemon's grpc.health.v1 status, for the daemon as a whole or for
+                     SERVICE (replayd.v1.Replayd, replayd.v1.Admin): SERVING or NOT_SERVING
+                     (draining, or no device served); exit 0 when SERVING, 3 when not,
+                     1 when the daemon cannot be asked
+  tenants            (admin) every tenant: class, weight, usage against its quotas,
+                     device time, work items, refusals, and its sessions
+  sessions           (admin) every open session: id, tenant, device, memory, programs,
+                     graphs, lease left
+  graphs             (admin) every tenant's graph cache per device: graphs and arena
+                     bytes cached, hits, misses, instantiations, evictions
+  close-session ID   (admin) close any tenant's session (ID in hex, as sessions shows it)
+  drain              (admin) drain the daemon as SIGTERM does: it turns NOT_SERVING,
+                     refuses new sessions, lets open ones finish for up to its
+                     --drain_seconds, then exits; prints the time left and sessions open
+
+  Admin commands need a token of a tenant with admin: true (without a tenants file every
+  caller is the admin tenant default). --token or $REPLAYD_TOKEN gives the token,
+  --target the daemon, --tls_ca (with --tls_cert and --tls_key for mutual TLS) TLS.
+
+ARGUMENTS OF run (--args)
+  One spec per kernel argument, in the kernel's order, separated by commas:
+    in:TYPE:N[:FILL]     a buffer of N elements the kernel reads
+    out:TYPE:N           a buffer of N elements the kernel writes (printed after the run)
+    inout:TYPE:N[:FILL]  a buffer read and written (printed after the run)
+    i32:VALUE            an int argument
+    i64:VALUE            a long long argument
+  TYPE is f32 or i32. FILL is zero (the default), ramp (0, 1, 2, ...), rand, or a number.
+  With --core_id the kernel gets the invocation's index as a trailing int; --global
+  N[,N,N] sets how many invocations run.
+
+EXAMPLE
+  With add.c holding
+    void add(float *out, const float *a, const float *b, int n) {
+      for (int i = 0; i < n; ++i) out[i] = a[i] + b[i];
+    }
+  this adds 0, 1, 2, ... and 10 over 1024 floats and prints out[0..7] = 10 11 12 ...:
+    replayctl run add.c --entry add --args out:f32:1024,in:f32:1024:ramp,in:f32:1024:10,i32:1024)";
 
 int Fail(const absl::Status& status) {
   std::cerr << "replayctl: " << status << "\n";
@@ -84,6 +126,46 @@ int Tenants(Client& client) {
                                    s.session(), s.device(), s.memory_bytes(), s.programs(), s.graphs(),
                                    s.lease_seconds_left());
   }
+  return 0;
+}
+
+int Sessions(Client& client) {
+  absl::StatusOr<std::vector<v1::TenantStatus>> tenants = client.ListTenants();
+  if (!tenants.ok()) return Fail(tenants.status());
+  std::cout << absl::StrFormat("%-16s %-16s %-8s %14s %9s %7s %8s\n", "SESSION", "TENANT", "DEVICE", "MEMORY_BYTES",
+                               "PROGRAMS", "GRAPHS", "LEASE_S");
+  for (const v1::TenantStatus& t : *tenants)
+    for (const v1::SessionUsage& s : t.sessions())
+      std::cout << absl::StrFormat("%016x %-16s %-8s %14d %9d %7d %8.0f\n", s.session(), t.name(), s.device(),
+                                   s.memory_bytes(), s.programs(), s.graphs(), s.lease_seconds_left());
+  return 0;
+}
+
+int Graphs(Client& client) {
+  absl::StatusOr<std::vector<v1::TenantStatus>> tenants = client.ListTenants();
+  if (!tenants.ok()) return Fail(tenants.status());
+  std::cout << absl::StrFormat("%-16s %-8s %7s %14s %10s %10s %14s %10s\n", "TENANT", "DEVICE", "GRAPHS",
+                               "ARENA_BYTES", "HITS", "MISSES", "INSTANTIATIONS", "EVICTIONS");
+  for (const v1::TenantStatus& t : *tenants)
+    for (const v1::GraphCacheUsage& g : t.graph_caches())
+      std::cout << absl::StrFormat("%-16s %-8s %7d %14d %10d %10d %14d %10d\n", t.name(), g.device(), g.graphs(),
+                                   g.bytes(), g.hits(), g.misses(), g.instantiations(), g.evictions());
+  return 0;
+}
+
+int Health(Client& client, const std::string& service) {
+  auto status = client.Health(service);
+  if (!status.ok()) return Fail(status.status());
+  std::cout << grpc::health::v1::HealthCheckResponse::ServingStatus_Name(*status) << "\n";
+  return *status == grpc::health::v1::HealthCheckResponse::SERVING ? 0 : 3;
+}
+
+int Drain(Client& client) {
+  absl::StatusOr<v1::DrainReply> reply = client.Drain();
+  if (!reply.ok()) return Fail(reply.status());
+  std::cout << absl::StrFormat("%s: %d sessions open; the daemon stops within %.0f s\n",
+                               reply->already_draining() ? "draining already" : "draining", reply->sessions(),
+                               std::ceil(reply->seconds_left()));
   return 0;
 }
 
@@ -221,12 +303,10 @@ int Run(Client& client, const std::string& file) {
 }  // namespace replayd::client
 
 int main(int argc, char** argv) {
-  absl::SetProgramUsageMessage(
-      "replayctl devices | run FILE.c --entry NAME --args SPECS --global N | demo | tenants | "
-      "close-session ID");
+  absl::SetProgramUsageMessage(replayd::client::kUsage);
   std::vector<char*> positional = absl::ParseCommandLine(argc, argv);
   if (positional.size() < 2) {
-    std::cerr << absl::ProgramUsageMessage() << "\n";
+    std::cerr << "replayctl " << absl::ProgramUsageMessage() << "\n\nreplayctl --help lists the flags too.\n";
     return 2;
   }
   replayd::client::ClientOptions client_options;
@@ -248,6 +328,11 @@ int main(int argc, char** argv) {
   std::string command = positional[1];
   if (command == "devices") return replayd::client::Devices(client);
   if (command == "tenants") return replayd::client::Tenants(client);
+  if (command == "sessions") return replayd::client::Sessions(client);
+  if (command == "graphs") return replayd::client::Graphs(client);
+  if (command == "drain") return replayd::client::Drain(client);
+  if (command == "health" && positional.size() <= 3)
+    return replayd::client::Health(client, positional.size() == 3 ? positional[2] : "");
   if (command == "close-session" && positional.size() == 3)
     return replayd::client::CloseAnySession(client, positional[2]);
   if (command == "run" && positional.size() == 3) return replayd::client::Run(client, positional[2]);
@@ -259,6 +344,7 @@ int main(int argc, char** argv) {
     absl::Status s = replayd::client::RunDemo(client, options, std::cout);
     return s.ok() ? 0 : replayd::client::Fail(s);
   }
-  std::cerr << absl::ProgramUsageMessage() << "\n";
+  std::cerr << "replayctl: unknown command or wrong arguments: " << absl::StrJoin(positional.begin() + 1, positional.end(), " ")
+            << "\n\nreplayctl " << absl::ProgramUsageMessage() << "\n";
   return 2;
 }

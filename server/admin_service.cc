@@ -2,6 +2,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "server/status.h"
+#include "spdlog/spdlog.h"
 
 namespace replayd {
 namespace {
@@ -12,6 +13,16 @@ void ToProto(const Quotas& q, v1::Quotas* out) {
   out->set_programs(q[static_cast<size_t>(Resource::kPrograms)]);
   out->set_graphs(q[static_cast<size_t>(Resource::kGraphs)]);
   out->set_queued(q[static_cast<size_t>(Resource::kQueued)]);
+}
+
+void ToProto(const std::string& device, const GraphCacheStats& stats, v1::GraphCacheUsage* out) {
+  out->set_device(device);
+  out->set_graphs(stats.graphs);
+  out->set_bytes(stats.bytes);
+  out->set_hits(stats.hits);
+  out->set_misses(stats.misses);
+  out->set_instantiations(stats.instantiations);
+  out->set_evictions(stats.evictions);
 }
 
 }  // namespace
@@ -28,6 +39,7 @@ grpc::Status AdminService::ListTenants(grpc::ServerContext* context, const v1::L
                                        v1::ListTenantsReply* reply) {
   if (absl::Status s = CheckAdmin(*context); !s.ok()) return ToGrpc(s);
   const absl::Time now = absl::Now();
+  const std::vector<DeviceStatus> devices = engine_->ListDevices();
   for (const TenantReport& t : engine_->Tenants()) {
     v1::TenantStatus* out = reply->add_tenants();
     out->set_name(t.name);
@@ -48,6 +60,12 @@ grpc::Status AdminService::ListTenants(grpc::ServerContext* context, const v1::L
       u->set_graphs(s.graphs);
       u->set_lease_seconds_left(std::max(0.0, absl::ToDoubleSeconds(s.deadline - now)));
     }
+    for (const DeviceStatus& d : devices) {
+      const GraphCacheStats stats = engine_->graph_cache_stats(t.name, d.info->id);
+      if (stats.graphs == 0 && stats.hits == 0 && stats.misses == 0 && stats.instantiations == 0)
+        continue;  // never used there
+      ToProto(d.info->id, stats, out->add_graph_caches());
+    }
   }
   return grpc::Status::OK;
 }
@@ -59,6 +77,16 @@ grpc::Status AdminService::CloseSession(grpc::ServerContext* context,
   absl::StatusOr<std::string> tenant = engine_->AdminCloseSession(request->session());
   if (!tenant.ok()) return ToGrpc(tenant.status());
   reply->set_tenant(*tenant);
+  return grpc::Status::OK;
+}
+
+grpc::Status AdminService::Drain(grpc::ServerContext* context, const v1::DrainRequest*, v1::DrainReply* reply) {
+  if (absl::Status s = CheckAdmin(*context); !s.ok()) return ToGrpc(s);
+  const bool began = health_->BeginDrain();
+  if (began) spdlog::info("Admin.Drain: draining: {} sessions open", engine_->session_count());
+  reply->set_already_draining(!began);
+  reply->set_seconds_left(std::max(0.0, absl::ToDoubleSeconds(health_->drain_deadline() - absl::Now())));
+  reply->set_sessions(engine_->session_count());
   return grpc::Status::OK;
 }
 

@@ -7,6 +7,8 @@
 #include <fstream>
 #include <sstream>
 
+#include <grpcpp/ext/proto_server_reflection_plugin.h>
+
 #include "absl/strings/str_cat.h"
 #include "drivers/executor/executor_driver.h"
 #include "spdlog/spdlog.h"
@@ -14,6 +16,9 @@
 namespace replayd {
 
 namespace {
+
+// How long calls still running when the drain ends may go on before they are cancelled.
+constexpr absl::Duration kLastCallsGrace = absl::Seconds(1);
 
 absl::StatusOr<std::string> ReadFile(const std::filesystem::path& path) {
   std::ifstream in(path, std::ios::binary);
@@ -141,11 +146,17 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(DaemonOptions options) {
   if (!engine.ok()) return engine.status();
   daemon->engine_ = std::move(*engine);
   daemon->engine_->ConfigureTenants(daemon->auth_->configs());
-  daemon->service_ = std::make_unique<ReplaydService>(daemon->engine_.get(), daemon->auth_.get());
-  daemon->admin_ = std::make_unique<AdminService>(daemon->engine_.get(), daemon->auth_.get());
+  daemon->health_ = std::make_unique<Health>(options.drain, daemon->engine_->ListDevices().size());
+  daemon->service_ =
+      std::make_unique<ReplaydService>(daemon->engine_.get(), daemon->auth_.get(), daemon->health_.get());
+  daemon->admin_ = std::make_unique<AdminService>(daemon->engine_.get(), daemon->auth_.get(), daemon->health_.get());
 
   absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> credentials = ServerCredentials(options);
   if (!credentials.ok()) return credentials.status();
+  // grpc.health.v1 (gRPC's own service, fed by Health) and server reflection, for probes
+  // and grpcurl. Both are process-wide settings of gRPC that take effect at BuildAndStart.
+  grpc::EnableDefaultHealthCheckService(true);
+  grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder builder;
   int port = 0;
   builder.AddListeningPort(options.listen, *credentials, &port);
@@ -159,6 +170,7 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(DaemonOptions options) {
   daemon->server_ = builder.BuildAndStart();
   if (!daemon->server_ || port == 0) return absl::UnavailableError(absl::StrCat("cannot listen on ", options.listen));
   daemon->streams_->Start();
+  daemon->health_->Attach(daemon->server_->GetHealthCheckService());
   std::string host = options.listen.substr(0, options.listen.rfind(':'));
   daemon->address_ = absl::StrCat(host, ":", port);
   spdlog::info("listening on {}", daemon->address_);
@@ -171,13 +183,34 @@ absl::Status Daemon::ReloadTenants() {
   return absl::OkStatus();
 }
 
-void Daemon::Shutdown(absl::Duration grace) {
-  if (server_) server_->Shutdown(absl::ToChronoTime(absl::Now() + grace));
+size_t Daemon::Stop() {
+  if (Drain()) spdlog::info("draining: {} sessions open", engine_->session_count());
+  const absl::Time deadline = drain_deadline();
+  // Sessions close at their clients' pace; a stop is rare enough to look now and then.
+  size_t open = engine_->session_count();
+  while (open > 0 && absl::Now() < deadline) {
+    absl::SleepFor(std::min(absl::Milliseconds(50), deadline - absl::Now()));
+    open = engine_->session_count();
+  }
+  if (open > 0) {
+    spdlog::warn("the drain's time is up with {} sessions open: closing them", open);
+  } else {
+    spdlog::info("drained: every session has closed");
+  }
+  // With every session closed, what still runs belongs to none: an admin's or a probe's
+  // call, or a health Watch, which never ends by itself.
+  Shutdown(std::min(deadline, absl::Now() + kLastCallsGrace));
+  return open;
+}
+
+void Daemon::Shutdown(absl::Time deadline) {
+  if (health_) health_->Shutdown();
+  if (server_) server_->Shutdown(absl::ToChronoTime(deadline));
   if (streams_) streams_->Stop();
 }
 
 Daemon::~Daemon() {
-  Shutdown(absl::ZeroDuration());
+  Shutdown(absl::Now());
   if (server_) server_->Wait();
 }
 

@@ -21,6 +21,7 @@
 #include "engine/engine.h"
 #include "server/admin_service.h"
 #include "server/authenticator.h"
+#include "server/health.h"
 #include "server/service.h"
 #include "server/session_stream.h"
 
@@ -61,6 +62,8 @@ struct DaemonOptions {
   // TLS: a PEM certificate chain and key; with a client CA, clients must present a
   // certificate it signed (mutual TLS). Empty: plaintext.
   std::filesystem::path tls_cert, tls_key, tls_client_ca;
+  // How long a drain (SIGTERM, Admin.Drain) lets open sessions and calls carry on.
+  absl::Duration drain = absl::Seconds(30);
 };
 
 // The devices of `kind` ("cpu", "cuda", "hip") with the driver options in `options`. A kind
@@ -84,14 +87,29 @@ class Daemon {
   // the policies in force stay.
   absl::Status ReloadTenants();
 
-  // Stops accepting calls, gives calls in flight `grace` to finish, then cancels them.
-  void Shutdown(absl::Duration grace);
+  // Begins the drain (SIGTERM), as Admin.Drain does: health NOT_SERVING, new sessions
+  // refused with UNAVAILABLE, open sessions and calls carry on. False when a drain had begun.
+  bool Drain() { return health_->BeginDrain(); }
+  // Blocks until a drain has begun, by Drain or Admin.Drain.
+  void AwaitDrain() const { health_->AwaitDrain(); }
+  // When the drain ends at the latest; absl::InfiniteFuture() before one has begun.
+  absl::Time drain_deadline() const { return health_->drain_deadline(); }
+
+  // Ends the drain (beginning one if none has): waits until every session has closed (by
+  // its client, its lease or an admin) or the drain's time is up, then stops the server:
+  // calls still running get what is left of that time, at most 1 s, then are cancelled
+  // (a health Watch among them), and the streams' operations are waited for. Returns the
+  // sessions still open, which the destructor closes. Call once.
+  size_t Stop();
 
  private:
   Daemon() = default;
+  // Stops accepting calls, gives calls in flight until `deadline`, then cancels them.
+  void Shutdown(absl::Time deadline);
 
   std::unique_ptr<Authenticator> auth_;
   std::unique_ptr<Engine> engine_;
+  std::unique_ptr<Health> health_;
   std::unique_ptr<ReplaydService> service_;
   std::unique_ptr<AdminService> admin_;
   // Destroyed after the server, as its completion queue must be.

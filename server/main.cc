@@ -16,6 +16,7 @@
 #include "absl/strings/str_split.h"
 #include "google/protobuf/text_format.h"
 #include "server/config.h"
+#include "absl/synchronization/mutex.h"
 #include "server/daemon.h"
 #include "spdlog/sinks/stdout_color_sinks.h"
 #include "spdlog/spdlog.h"
@@ -88,10 +89,16 @@ ABSL_FLAG(std::string, isolation, "process",
 ABSL_FLAG(int, max_launch_seconds, 60,
           "unless the tenants file says: the longest one launch, replay or transfer may run in a tenant's "
           "process before the process is ended (1 to 604800)");
-ABSL_FLAG(int, shutdown_grace_seconds, 5, "time calls in flight get to finish at shutdown");
+ABSL_FLAG(std::optional<int>, drain_seconds, std::nullopt,
+          "seconds a drain (SIGTERM, SIGINT, Admin.Drain) lets open sessions and calls carry on before the "
+          "daemon closes them and exits; 0 to 86400 (unset: --shutdown_grace_seconds if given, else 30)");
+ABSL_FLAG(std::optional<int>, shutdown_grace_seconds, std::nullopt,
+          "the older name of --drain_seconds: read only when --drain_seconds is not given");
 
-// How long past the grace a stop may take (closing sessions, joining threads) before the
-// daemon exits without waiting.
+// The drain's time when no flag sets it.
+constexpr int kDefaultDrainSeconds = 30;
+// How long past the drain's end a stop may take (closing sessions, joining threads) before
+// the daemon exits without waiting.
 constexpr absl::Duration kStopMargin = absl::Seconds(5);
 
 namespace {
@@ -107,6 +114,65 @@ std::filesystem::path DefaultCacheDir() {
 void Refuse(const std::optional<replayd::ConfigFile>& config_file, absl::string_view name, absl::string_view why) {
   spdlog::error("--{} {}{}", std::string(name), std::string(why), config_file ? config_file->Origin(name) : "");
 }
+
+// The drain's time: --drain_seconds, or else --shutdown_grace_seconds, or else the
+// default; nullopt (said in the log) when out of range.
+std::optional<absl::Duration> DrainTime() {
+  const std::optional<int> drain = absl::GetFlag(FLAGS_drain_seconds),
+                           grace = absl::GetFlag(FLAGS_shutdown_grace_seconds);
+  if (drain && grace) spdlog::warn("--drain_seconds={} wins over --shutdown_grace_seconds={}", *drain, *grace);
+  const int seconds = drain ? *drain : grace ? *grace : kDefaultDrainSeconds;
+  if (seconds < 0 || seconds > 86400) {
+    spdlog::error("--drain_seconds (or --shutdown_grace_seconds) must be in [0, 86400]");
+    return std::nullopt;
+  }
+  return absl::Seconds(seconds);
+}
+
+// Takes SIGHUP, SIGINT and SIGTERM (blocked in every thread) for `daemon` on a thread of its
+// own until the process ends: SIGHUP reloads the tenants file; the first SIGINT or SIGTERM
+// begins the drain (if Admin.Drain has not), the next exits at once.
+class SignalThread {
+ public:
+  SignalThread(sigset_t signals, replayd::Daemon* daemon) : signals_(signals), daemon_(daemon) {
+    std::thread([this] { Run(); }).detach();
+  }
+  // After this the thread no longer touches the daemon (it may be destroyed).
+  void Detach() {
+    absl::MutexLock lock(&mu_);
+    daemon_ = nullptr;
+  }
+
+ private:
+  void Run() {
+    int stops = 0;
+    for (;;) {
+      int received = 0;
+      if (sigwait(&signals_, &received) != 0) continue;
+      if (received != SIGHUP && ++stops > 1) {
+        spdlog::warn("signal {} again: exiting at once", received);
+        std::_Exit(0);
+      }
+      absl::MutexLock lock(&mu_);
+      if (daemon_ == nullptr) continue;
+      if (received == SIGHUP) {
+        if (absl::Status reloaded = daemon_->ReloadTenants(); reloaded.ok()) {
+          spdlog::info("SIGHUP: tenants reloaded");
+        } else {
+          spdlog::error("SIGHUP: {}; the previous tenants stay in force", reloaded.ToString());
+        }
+      } else if (daemon_->Drain()) {
+        spdlog::info("signal {}: draining", received);
+      } else {
+        spdlog::info("signal {}: draining already (Admin.Drain); another exits at once", received);
+      }
+    }
+  }
+
+  const sigset_t signals_;
+  absl::Mutex mu_;
+  replayd::Daemon* daemon_ ABSL_GUARDED_BY(mu_);
+};
 
 // The value of `flag` when it is in [lo, hi]; otherwise says so in the log.
 std::optional<int> IntFlagIn(const std::optional<replayd::ConfigFile>& config_file, const absl::Flag<int>& flag,
@@ -180,7 +246,10 @@ int main(int argc, char** argv) {
     Refuse(file, "lease_seconds", "must be positive");
     return 2;
   }
+  const std::optional<absl::Duration> drain = DrainTime();
+  if (!drain) return 2;
   replayd::DaemonOptions options;
+  options.drain = *drain;
   options.listen = absl::GetFlag(FLAGS_listen);
   options.devices = absl::StrSplit(absl::GetFlag(FLAGS_devices), ',', absl::SkipEmpty());
   std::string cache_dir = absl::GetFlag(FLAGS_cache_dir);
@@ -294,42 +363,22 @@ int main(int argc, char** argv) {
     return 1;
   }
   spdlog::info("compile cache {}", options.engine.cache_dir.string());
-  int received = 0;
-  for (;;) {
-    sigwait(&signals, &received);
-    if (received != SIGHUP) break;
-    absl::Status reloaded = (*daemon)->ReloadTenants();
-    if (reloaded.ok()) {
-      spdlog::info("SIGHUP: tenants reloaded");
-    } else {
-      spdlog::error("SIGHUP: {}; the previous tenants stay in force", reloaded.ToString());
-    }
-  }
-  spdlog::info("signal {}: shutting down", received);
-  const absl::Duration grace = absl::Seconds(absl::GetFlag(FLAGS_shutdown_grace_seconds));
-  // The orderly stop waits for calls in flight; one that never ends (a kernel that does
-  // not return) must not keep the daemon up. A second SIGINT or SIGTERM exits at once, and
-  // past the grace and kStopMargin the daemon exits without waiting further.
-  std::thread([signals, limit = grace + kStopMargin] {
-    const absl::Time deadline = absl::Now() + limit;
-    for (;;) {
-      const timespec left = absl::ToTimespec(std::max(deadline - absl::Now(), absl::ZeroDuration()));
-      const int sig = sigtimedwait(&signals, nullptr, &left);
-      if (sig == SIGINT || sig == SIGTERM) {
-        spdlog::warn("signal {} again: exiting at once", sig);
-        std::_Exit(0);
-      }
-      if (sig < 0 && errno == EAGAIN) {
-        spdlog::error("the stop did not finish within {}: an operation still runs (a kernel that does not "
-                      "return?); exiting without waiting for it",
-                      absl::FormatDuration(limit));
-        std::_Exit(1);
-      }
-      // SIGHUP, or an interrupted wait: wait on for the rest of the time.
-    }
+  // Its thread runs until the process ends, so it is never destroyed.
+  auto* signal_thread = new SignalThread(signals, daemon->get());
+  (*daemon)->AwaitDrain();
+  // The drain waits for open sessions; one that never ends (a kernel that does not return)
+  // must not keep the daemon up: past the drain's end and kStopMargin it exits without
+  // waiting further.
+  std::thread([limit = (*daemon)->drain_deadline() - absl::Now() + kStopMargin] {
+    absl::SleepFor(limit);
+    spdlog::error("the stop did not finish within {}: an operation still runs (a kernel that does not "
+                  "return?); exiting without waiting for it",
+                  absl::FormatDuration(limit));
+    std::_Exit(1);
   }).detach();
-  (*daemon)->Shutdown(grace);
+  const size_t left = (*daemon)->Stop();
+  signal_thread->Detach();
   daemon->reset();
-  spdlog::info("stopped");
+  spdlog::info("stopped{}", left > 0 ? absl::StrCat(" (", left, " sessions closed at the drain's end)") : "");
   return 0;
 }

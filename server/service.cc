@@ -31,6 +31,7 @@ grpc::Status ReplaydService::OpenSession(grpc::ServerContext* context, const v1:
   absl::StatusOr<std::shared_ptr<const Tenant>> caller = Caller(context);
   if (!caller.ok()) return ToGrpc(caller.status());
   if (absl::Status s = CheckDevice(**caller, request->device()); !s.ok()) return ToGrpc(s);
+  if (grpc::Status admitted = health_->AdmitSession(*context); !admitted.ok()) return admitted;
   auto session = engine_->OpenSession((*caller)->name, request->device());
   if (!session.ok()) return ToGrpc(session.status());
   reply->set_session((*session)->id());

@@ -8,6 +8,7 @@
 
 #include "engine/engine.h"
 #include "server/authenticator.h"
+#include "server/health.h"
 #include "server/session_stream.h"
 #include "replayd/v1/replayd.grpc.pb.h"
 
@@ -19,8 +20,10 @@ inline constexpr size_t kMaxChunkBytes = 1 << 20;
 // The Session method is served by SessionStreamServer.
 class ReplaydService final : public SessionStreamService {
  public:
-  // `engine` and `auth` must outlive the service.
-  ReplaydService(Engine* engine, const Authenticator* auth) : engine_(engine), auth_(auth) {}
+  // `engine`, `auth` and `health` must outlive the service. While `health` says the
+  // daemon drains, OpenSession is refused (Health::AdmitSession).
+  ReplaydService(Engine* engine, const Authenticator* auth, const Health* health)
+      : engine_(engine), auth_(auth), health_(health) {}
 
   grpc::Status ListDevices(grpc::ServerContext*, const v1::ListDevicesRequest*,
                            v1::ListDevicesReply*) override;
@@ -68,6 +71,7 @@ class ReplaydService final : public SessionStreamService {
 
   Engine* const engine_;
   const Authenticator* const auth_;
+  const Health* const health_;
 };
 
 }  // namespace replayd

@@ -1,11 +1,8 @@
 // The replayd binary itself: SIGHUP reloads the tenants file, SIGTERM shuts down
 // cleanly, without a tenants file it refuses a non-loopback address, and a device kind
 // the machine lacks is said once in the log.
-#include <fcntl.h>
 #include <gtest/gtest.h>
 #include <signal.h>
-#include <spawn.h>
-#include <sys/wait.h>
 
 #include <fstream>
 #include <sstream>
@@ -16,37 +13,13 @@
 #include "absl/strings/str_split.h"
 #include "client/client.h"
 #include "server/daemon.h"
+#include "tests/support/child_process.h"
 #include "tests/support/free_port.h"
 #include "tests/support/temp_dir.h"
 #include "tests/support/tenants_file.h"
 
-extern char** environ;
-
 namespace replayd::client {
 namespace {
-
-// Starts argv; with `log`, its stdout and stderr go there.
-pid_t Spawn(const std::vector<std::string>& argv, const std::filesystem::path& log = {}) {
-  std::vector<char*> args;
-  for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
-  args.push_back(nullptr);
-  posix_spawn_file_actions_t actions;
-  posix_spawn_file_actions_init(&actions);
-  if (!log.empty()) {
-    posix_spawn_file_actions_addopen(&actions, 1, log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
-    posix_spawn_file_actions_adddup2(&actions, 1, 2);
-  }
-  pid_t pid = -1;
-  posix_spawn(&pid, args[0], &actions, nullptr, args.data(), environ);
-  posix_spawn_file_actions_destroy(&actions);
-  return pid;
-}
-
-int WaitExit(pid_t pid) {
-  int status = 0;
-  waitpid(pid, &status, 0);
-  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-}
 
 absl::Status OpenAndClose(const std::string& address, const std::string& token) {
   ClientOptions o;
@@ -130,8 +103,8 @@ TEST(DaemonProcessTest, AKindWithoutDevicesSaysWhyOnceAndTheRestServe) {
   EXPECT_TRUE(absl::StrContains(text.str(), "device cpu:0")) << text.str();
 }
 
-// A daemon whose session runs a cpu-c kernel that never returns still stops: SIGTERM gives
-// calls the grace, then the daemon exits without waiting on the endless one (exit 1,
+// A daemon whose session runs a cpu-c kernel that never returns still stops: SIGTERM drains
+// for --drain_seconds, then the daemon exits without waiting on the endless one (exit 1,
 // saying why); a second SIGTERM exits at once (exit 0).
 class EndlessKernelTest : public ::testing::TestWithParam<bool> {};
 
@@ -141,7 +114,7 @@ TEST_P(EndlessKernelTest, SigtermStopsTheDaemon) {
   const std::string address = absl::StrCat("127.0.0.1:", FreePort());
   const auto log = dir.path() / "log";
   pid_t pid = Spawn({REPLAYD_BINARY, "--listen=" + address, "--cache_dir=" + (dir.path() / "cache").string(),
-                     "--shutdown_grace_seconds=1", "--devices=cpu"},
+                     "--drain_seconds=1", "--devices=cpu"},
                     log);
   ASSERT_GT(pid, 0);
   Client c = Client::Connect(address);

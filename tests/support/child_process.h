@@ -1,5 +1,5 @@
-// Running a program as a child process in a test: start it with its output in files, wait
-// for its exit, read what it wrote.
+// Running the project's programs (replayd, replayctl) as child processes in tests: start
+// one with its output in files, wait for its exit, read what it wrote.
 #ifndef REPLAYD_TESTS_SUPPORT_CHILD_PROCESS_H_
 #define REPLAYD_TESTS_SUPPORT_CHILD_PROCESS_H_
 
@@ -17,6 +17,51 @@
 extern char** environ;
 
 namespace replayd {
+
+// Starts argv; with `log`, its stdout and stderr go there. -1 when it cannot start.
+inline pid_t Spawn(const std::vector<std::string>& argv, const std::filesystem::path& log = {}) {
+  std::vector<char*> args;
+  for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+  args.push_back(nullptr);
+  posix_spawn_file_actions_t actions;
+  posix_spawn_file_actions_init(&actions);
+  if (!log.empty()) {
+    posix_spawn_file_actions_addopen(&actions, 1, log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    posix_spawn_file_actions_adddup2(&actions, 1, 2);
+  }
+  pid_t pid = -1;
+  if (posix_spawn(&pid, args[0], &actions, nullptr, args.data(), environ) != 0) pid = -1;
+  posix_spawn_file_actions_destroy(&actions);
+  return pid;
+}
+
+// The exit code of `pid` once it has ended; -1 when a signal ended it.
+inline int WaitExit(pid_t pid) {
+  int status = 0;
+  waitpid(pid, &status, 0);
+  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+inline std::string ReadText(const std::filesystem::path& path) {
+  std::stringstream text;
+  text << std::ifstream(path).rdbuf();
+  return text.str();
+}
+
+struct Finished {
+  int code = -1;       // exit code; -1 when it could not start or a signal ended it
+  std::string output;  // stdout and stderr together
+};
+
+// Runs argv to its end, its output in `log`.
+inline Finished RunToEnd(const std::vector<std::string>& argv, const std::filesystem::path& log) {
+  const pid_t pid = Spawn(argv, log);
+  if (pid < 0) return {};
+  Finished done;
+  done.code = WaitExit(pid);
+  done.output = ReadText(log);
+  return done;
+}
 
 // Starts argv[0] with `argv`; its stdout goes to `out` and its stderr to `err`, or both to
 // `out` when `err` is empty (and to the test's own when `out` is empty too). -1 when it
@@ -40,12 +85,6 @@ inline pid_t SpawnChild(const std::vector<std::string>& argv, const std::filesys
 }
 
 // The exit code of child `pid` once it ends; -1 when a signal ended it.
-inline int WaitExit(pid_t pid) {
-  int status = 0;
-  if (waitpid(pid, &status, 0) != pid) return -1;
-  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-}
-
 // A running child that is killed (SIGKILL) and reaped when the object goes, unless Stop
 // reaped it first, so that a test that returns early leaves no process behind.
 class RunningChild {
