@@ -145,7 +145,8 @@ bool FieldHoldsFlag(const FieldDescriptor& field, const absl::CommandLineFlag& f
     case FieldDescriptor::CPPTYPE_BOOL:
       return flag.IsOfType<bool>();
     case FieldDescriptor::CPPTYPE_INT32:
-      return flag.IsOfType<int>() || flag.IsOfType<int32_t>();
+      // An optional<int> flag unset is a field left out.
+      return flag.IsOfType<int>() || flag.IsOfType<int32_t>() || flag.IsOfType<std::optional<int>>();
     case FieldDescriptor::CPPTYPE_INT64:
       return flag.IsOfType<int64_t>();
     case FieldDescriptor::CPPTYPE_UINT32:
@@ -232,6 +233,8 @@ absl::StatusOr<v1::DaemonConfig> ConfigFromFlags() {
     const absl::CommandLineFlag* flag = absl::FindCommandLineFlag(field.name());
     if (flag == nullptr) return absl::InternalError(absl::StrCat("config field ", field.name(), " names no flag"));
     const std::string value = flag->CurrentValue();
+    // An optional flag that is not set (an empty text) leaves its field out.
+    if (value.empty() && field.cpp_type() != FieldDescriptor::CPPTYPE_STRING) continue;
     if (!SetFromFlagText(value, field, config))
       return absl::InternalError(
           absl::StrCat("--", field.name(), "=", value, " does not fit config field ", field.name(), " (", field.type_name(), ")"));
