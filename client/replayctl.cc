@@ -5,6 +5,7 @@
 //   replayctl demo
 //   replayctl tenants                  (admin) tenants, usage against quotas, sessions
 //   replayctl close-session ID         (admin) close any tenant's session (hex id)
+//   replayctl stats --metrics ADDR     the daemon's metrics (its --metrics_listen), summed up
 //
 // SPECS for run is a comma-separated list, one per kernel argument in order:
 //   in:f32:N[:FILL], out:f32:N, inout:f32:N[:FILL]   a buffer of N elements (f32 or i32)
@@ -24,6 +25,8 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "client/client.h"
+#include "client/metrics_summary.h"
+#include "httplib.h"
 #include "demo.h"
 
 ABSL_FLAG(std::string, target, "127.0.0.1:7070", "address of the replayd daemon");
@@ -39,6 +42,8 @@ ABSL_FLAG(bool, core_id, false, "run: pass the invocation index as a trailing in
 ABSL_FLAG(std::vector<std::string>, options, {}, "run: compiler options");
 ABSL_FLAG(int, tokens, 128, "demo: tokens to generate");
 ABSL_FLAG(int, eager_steps, 32, "demo: decode steps run eagerly for comparison");
+ABSL_FLAG(std::string, metrics, "127.0.0.1:9464",
+          "stats: the daemon's metrics address (its --metrics_listen), host:port");
 
 namespace replayd::client {
 namespace {
@@ -84,6 +89,22 @@ int Tenants(Client& client) {
                                    s.session(), s.device(), s.memory_bytes(), s.programs(), s.graphs(),
                                    s.lease_seconds_left());
   }
+  return 0;
+}
+
+int Stats(const std::string& address) {
+  httplib::Client http(absl::StrCat("http://", address));
+  http.set_connection_timeout(5);
+  http.set_read_timeout(10);
+  httplib::Result got = http.Get("/metrics");
+  if (!got)
+    return Fail(absl::UnavailableError(
+        absl::StrCat("metrics at ", address, ": ", httplib::to_string(got.error()))));
+  if (got->status != 200)
+    return Fail(absl::UnavailableError(absl::StrCat("metrics at ", address, ": HTTP ", got->status)));
+  absl::StatusOr<std::vector<Sample>> samples = ParseExposition(got->body);
+  if (!samples.ok()) return Fail(samples.status());
+  std::cout << Summarize(*samples);
   return 0;
 }
 
@@ -223,7 +244,7 @@ int Run(Client& client, const std::string& file) {
 int main(int argc, char** argv) {
   absl::SetProgramUsageMessage(
       "replayctl devices | run FILE.c --entry NAME --args SPECS --global N | demo | tenants | "
-      "close-session ID");
+      "close-session ID | stats --metrics ADDR");
   std::vector<char*> positional = absl::ParseCommandLine(argc, argv);
   if (positional.size() < 2) {
     std::cerr << absl::ProgramUsageMessage() << "\n";
@@ -246,6 +267,7 @@ int main(int argc, char** argv) {
   }
   replayd::Client client = replayd::Client::Connect(absl::GetFlag(FLAGS_target), client_options);
   std::string command = positional[1];
+  if (command == "stats") return replayd::client::Stats(absl::GetFlag(FLAGS_metrics));
   if (command == "devices") return replayd::client::Devices(client);
   if (command == "tenants") return replayd::client::Tenants(client);
   if (command == "close-session" && positional.size() == 3)

@@ -12,6 +12,7 @@ packages=(
   libamdhip64-dev libseccomp-dev
   clang-16 libclang-rt-16-dev
   python3-grpcio python3-protobuf python3-numpy python3-pytest
+  libcpp-httplib-dev prometheus
 )
 
 missing=()

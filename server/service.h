@@ -8,6 +8,7 @@
 
 #include "engine/engine.h"
 #include "server/authenticator.h"
+#include "server/daemon_metrics.h"
 #include "server/session_stream.h"
 #include "replayd/v1/replayd.grpc.pb.h"
 
@@ -19,8 +20,9 @@ inline constexpr size_t kMaxChunkBytes = 1 << 20;
 // The Session method is served by SessionStreamServer.
 class ReplaydService final : public SessionStreamService {
  public:
-  // `engine` and `auth` must outlive the service.
-  ReplaydService(Engine* engine, const Authenticator* auth) : engine_(engine), auth_(auth) {}
+  // `engine`, `auth` and `metrics` must outlive the service.
+  ReplaydService(Engine* engine, const Authenticator* auth, DaemonMetrics* metrics)
+      : engine_(engine), auth_(auth), metrics_(metrics) {}
 
   grpc::Status ListDevices(grpc::ServerContext*, const v1::ListDevicesRequest*,
                            v1::ListDevicesReply*) override;
@@ -68,6 +70,7 @@ class ReplaydService final : public SessionStreamService {
 
   Engine* const engine_;
   const Authenticator* const auth_;
+  DaemonMetrics* const metrics_;
 };
 
 }  // namespace replayd
