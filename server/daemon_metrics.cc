@@ -2,7 +2,6 @@
 
 #include <algorithm>
 
-#include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 
 namespace replayd {
@@ -236,24 +235,24 @@ void DaemonMetrics::Collect() {
     memory_used_.With({id}).Set(static_cast<double>(d.info->total_memory - std::min(d.free_memory, d.info->total_memory)));
   }
 
-  // Sessions and their memory, per device and tenant; a pair without sessions now reads 0.
+  // Sessions and their memory, per device and tenant; every pair with a scheduler queue
+  // (a tenant that has had a session on the device, or is configured) reads 0 without.
+  const std::vector<SchedulerReport> schedulers = engine_.scheduler_reports();
   absl::flat_hash_map<std::pair<std::string, std::string>, std::pair<uint64_t, uint64_t>> open;
+  for (const SchedulerReport& r : schedulers)
+    for (const Scheduler::QueueStats& q : r.queues) open[std::make_pair(r.device, q.tenant)];
   for (const TenantReport& t : engine_.Tenants())
     for (const SessionReport& s : t.sessions) {
       auto& [count, bytes] = open[std::make_pair(s.device, t.name)];
       ++count;
       bytes += s.memory_bytes;
     }
-  for (const auto& key : had_sessions_)
-    if (!open.contains(key)) open[key] = {0, 0};
-  had_sessions_.clear();
   for (const auto& [key, figures] : open) {
     sessions_.With({key.first, key.second}).Set(static_cast<double>(figures.first));
     tenant_memory_.With({key.first, key.second}).Set(static_cast<double>(figures.second));
-    if (figures.first > 0) had_sessions_.push_back(key);
   }
 
-  for (const SchedulerReport& r : engine_.scheduler_reports()) {
+  for (const SchedulerReport& r : schedulers) {
     queue_depth_.With({r.device}).Set(static_cast<double>(r.waiting));
     for (const Scheduler::QueueStats& q : r.queues) {
       device_seconds_.With({r.device, q.tenant}).Set(Seconds(q.device_time));

@@ -129,9 +129,6 @@ class DaemonMetrics {
   absl::Mutex mu_;
   absl::flat_hash_map<std::pair<std::string, std::string>, std::unique_ptr<OperationMetrics>> operations_
       ABSL_GUARDED_BY(mu_);
-  // Sessions seen per (device, tenant) at the last scrape, so a pair whose last session
-  // closed reads 0 instead of its last count.
-  std::vector<std::pair<std::string, std::string>> had_sessions_;
 };
 
 }  // namespace replayd
