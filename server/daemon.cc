@@ -144,7 +144,8 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(DaemonOptions options) {
   daemon->engine_ = std::move(*engine);
   daemon->engine_->ConfigureTenants(daemon->auth_->configs());
   daemon->metrics_ = std::make_unique<DaemonMetrics>(*daemon->engine_, std::move(executors));
-  daemon->service_ = std::make_unique<ReplaydService>(daemon->engine_.get(), daemon->auth_.get(), daemon->metrics_.get());
+  daemon->service_ =
+      std::make_unique<ReplaydService>(daemon->engine_.get(), daemon->auth_.get(), daemon->metrics_.get());
   daemon->admin_ = std::make_unique<AdminService>(daemon->engine_.get(), daemon->auth_.get());
 
   absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> credentials = ServerCredentials(options);
