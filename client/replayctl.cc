@@ -15,6 +15,8 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "client/client.h"
+#include "client/metrics_summary.h"
+#include "httplib.h"
 #include "demo.h"
 
 ABSL_FLAG(std::string, target, "127.0.0.1:7070", "address of the replayd daemon");
@@ -30,6 +32,8 @@ ABSL_FLAG(bool, core_id, false, "run: pass the invocation index as a trailing in
 ABSL_FLAG(std::vector<std::string>, options, {}, "run: compiler options");
 ABSL_FLAG(int, tokens, 128, "demo: tokens to generate");
 ABSL_FLAG(int, eager_steps, 32, "demo: decode steps run eagerly for comparison");
+ABSL_FLAG(std::string, metrics, "127.0.0.1:9464",
+          "stats: the daemon's metrics address (its --metrics_listen), host:port");
 
 namespace replayd::client {
 namespace {
@@ -61,6 +65,9 @@ COMMANDS
   drain              (admin) drain the daemon as SIGTERM does: it turns NOT_SERVING,
                      refuses new sessions, lets open ones finish for up to its
                      --drain_seconds, then exits; prints the time left and sessions open
+  stats              the daemon's metrics (its --metrics_listen, given here as --metrics
+                     HOST:PORT) summed up: per device memory and queue, per tenant sessions,
+                     replays and launches with p50/p99 latency, device seconds, failures
 
   Admin commands need a token of a tenant with admin: true (without a tenants file every
   caller is the admin tenant default). --token or $REPLAYD_TOKEN gives the token,
@@ -166,6 +173,22 @@ int Drain(Client& client) {
   std::cout << absl::StrFormat("%s: %d sessions open; the daemon stops within %.0f s\n",
                                reply->already_draining() ? "draining already" : "draining", reply->sessions(),
                                std::ceil(reply->seconds_left()));
+  return 0;
+}
+
+int Stats(const std::string& address) {
+  httplib::Client http(absl::StrCat("http://", address));
+  http.set_connection_timeout(5);
+  http.set_read_timeout(10);
+  httplib::Result got = http.Get("/metrics");
+  if (!got)
+    return Fail(absl::UnavailableError(
+        absl::StrCat("metrics at ", address, ": ", httplib::to_string(got.error()))));
+  if (got->status != 200)
+    return Fail(absl::UnavailableError(absl::StrCat("metrics at ", address, ": HTTP ", got->status)));
+  absl::StatusOr<std::vector<Sample>> samples = ParseExposition(got->body);
+  if (!samples.ok()) return Fail(samples.status());
+  std::cout << Summarize(*samples);
   return 0;
 }
 
@@ -326,6 +349,7 @@ int main(int argc, char** argv) {
   }
   replayd::Client client = replayd::Client::Connect(absl::GetFlag(FLAGS_target), client_options);
   std::string command = positional[1];
+  if (command == "stats") return replayd::client::Stats(absl::GetFlag(FLAGS_metrics));
   if (command == "devices") return replayd::client::Devices(client);
   if (command == "tenants") return replayd::client::Tenants(client);
   if (command == "sessions") return replayd::client::Sessions(client);

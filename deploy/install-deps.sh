@@ -14,6 +14,7 @@ packages=(
   python3-grpcio python3-protobuf python3-numpy python3-pytest
   # the deployment files' checks (tests/deploy)
   systemd yamllint python3-yaml
+  libcpp-httplib-dev prometheus
 )
 # kubectl for tests/deploy: Debian's, unless one is installed already (a newer one stays).
 command -v kubectl >/dev/null || packages+=(kubernetes-client)

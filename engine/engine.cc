@@ -273,6 +273,20 @@ GraphCacheStats Engine::graph_cache_stats(absl::string_view tenant, absl::string
   return {};
 }
 
+std::vector<SchedulerReport> Engine::scheduler_reports() const {
+  std::vector<SchedulerReport> out;
+  for (size_t i = 0; i < devices_.size(); ++i)
+    out.push_back({devices_[i]->info().id, schedulers_[i]->waiting(), schedulers_[i]->queue_stats()});
+  return out;
+}
+
+std::vector<GraphCacheReport> Engine::graph_cache_reports() const {
+  std::vector<GraphCacheReport> out;
+  absl::MutexLock lock(&mu_);
+  for (const auto& [key, cache] : graph_caches_) out.push_back({key.first, key.second->info().id, cache->stats()});
+  return out;
+}
+
 size_t Engine::session_count() const {
   absl::MutexLock lock(&mu_);
   return sessions_.size();

@@ -66,6 +66,18 @@ struct DeviceStatus {
   uint64_t free_memory;
 };
 
+// For the daemon's metrics: a device's scheduler, and a tenant's graph cache on a device.
+struct SchedulerReport {
+  std::string device;
+  size_t waiting = 0;  // work items waiting now
+  std::vector<Scheduler::QueueStats> queues;
+};
+struct GraphCacheReport {
+  std::string tenant;
+  std::string device;
+  GraphCacheStats stats;
+};
+
 class Engine {
  public:
   // An engine over `devices`. INTERNAL when the compile cache cannot be opened.
@@ -105,6 +117,12 @@ class Engine {
   // The graph cache counters of `tenant` on `device`; zero when it has none.
   GraphCacheStats graph_cache_stats(absl::string_view tenant, absl::string_view device) const;
   absl::Duration lease() const { return options_.lease; }
+
+  // Counters for the daemon's metrics: per device, per tenant and device, and the compile
+  // cache's.
+  std::vector<SchedulerReport> scheduler_reports() const;
+  std::vector<GraphCacheReport> graph_cache_reports() const;
+  CompileCacheStats compile_cache_stats() const { return compile_cache_->stats(); }
 
  private:
   Engine(EngineOptions options, std::vector<std::unique_ptr<Device>> devices,

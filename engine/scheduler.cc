@@ -3,6 +3,7 @@
 #include <pthread.h>
 #include <sched.h>
 
+#include <atomic>
 #include <cerrno>
 #include <chrono>
 #include <cstring>
@@ -61,6 +62,9 @@ class Scheduler::Queue : public FairQueue::Queue {
  public:
   explicit Queue(TenantAccount* account) : account(account) {}
   TenantAccount* const account;
+  // For queue_stats; written without the scheduler's lock where a turn is charged.
+  std::atomic<int64_t> device_ns{0}, wait_ns{0};
+  std::atomic<uint64_t> waits{0}, rejected{0};
 };
 
 Scheduler::Turn::Turn(Turn&& other) noexcept
@@ -110,6 +114,7 @@ absl::StatusOr<Scheduler::Turn> Scheduler::Acquire(Queue* queue, bool check_quot
       if (check_quota) {
         if (absl::Status s = queue->account->Reserve(Resource::kQueued, 1); !s.ok()) {
           queue->account->CountRejected();
+          queue->rejected.fetch_add(1, std::memory_order_relaxed);
           return absl::ResourceExhaustedError(absl::StrCat(s.message(), " (the device queue is full)"));
         }
       }
@@ -117,6 +122,8 @@ absl::StatusOr<Scheduler::Turn> Scheduler::Acquire(Queue* queue, bool check_quot
       waiter.counted = check_quota;
       fair_.Push(queue, &waiter, now);
       while (!waiter.granted) waiter.granted_cv.Wait(&mu_);
+      queue->waits.fetch_add(1, std::memory_order_relaxed);
+      queue->wait_ns.fetch_add(SteadyNowNs() - now, std::memory_order_relaxed);
     }
     lower = ShouldIdle(queue, now);  // as of the request: recency needs no finer clock
   }
@@ -130,6 +137,7 @@ void Scheduler::Renew(Turn& turn) {
   const int64_t now = SteadyNowNs();
   const int64_t cost = now - turn.start_ns_;
   queue->account->AddDeviceTime(cost);
+  queue->device_ns.fetch_add(cost, std::memory_order_relaxed);
   Waiter waiter;
   waiter.counted = false;
   bool lower;
@@ -162,6 +170,7 @@ void Scheduler::Release(Turn& turn) {
   const int64_t now = SteadyNowNs();
   const int64_t cost = now - turn.start_ns_;
   queue->account->AddDeviceTime(cost);
+  queue->device_ns.fetch_add(cost, std::memory_order_relaxed);
   absl::MutexLock lock(&mu_);
   fair_.Charge(queue, cost);
   busy_ = false;
@@ -176,6 +185,17 @@ void Scheduler::Dispatch(int64_t now_ns) {
   busy_ = true;
   waiter->granted = true;
   waiter->granted_cv.Signal();
+}
+
+std::vector<Scheduler::QueueStats> Scheduler::queue_stats() const {
+  std::vector<QueueStats> out;
+  absl::MutexLock lock(&mu_);
+  for (const auto& [account, q] : queues_)
+    out.push_back({account->name(), absl::Nanoseconds(q->device_ns.load(std::memory_order_relaxed)),
+                   q->waits.load(std::memory_order_relaxed),
+                   absl::Nanoseconds(q->wait_ns.load(std::memory_order_relaxed)),
+                   q->rejected.load(std::memory_order_relaxed)});
+  return out;
 }
 
 size_t Scheduler::waiting() const {

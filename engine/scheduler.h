@@ -23,6 +23,7 @@
 #define REPLAYD_ENGINE_SCHEDULER_H_
 
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
@@ -88,6 +89,16 @@ class Scheduler {
 
   // Work items waiting now, over all tenants.
   size_t waiting() const;
+
+  // What one tenant's queue has had of the device, counted since it was made.
+  struct QueueStats {
+    std::string tenant;
+    absl::Duration device_time;  // turns held
+    uint64_t waits = 0;          // Acquires that waited for another tenant's turn
+    absl::Duration wait_time;    // their waits, summed
+    uint64_t rejected = 0;       // Acquires refused because the tenant's queue was full
+  };
+  std::vector<QueueStats> queue_stats() const;
 
   // Whether batch turns lower their thread (the option, where permitted).
   bool idle_batch_threads() const { return idle_batch_threads_; }

@@ -112,6 +112,7 @@ absl::StatusOr<std::vector<std::unique_ptr<Device>>> DiscoverDevices(const std::
 
 absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(DaemonOptions options) {
   std::vector<std::unique_ptr<Device>> devices;
+  std::vector<const executor::ExecutorDevice*> executors;  // for the metrics
   for (const std::string& kind : options.devices) {
     absl::StatusOr<std::vector<std::unique_ptr<Device>>> found = DiscoverDevices(kind, options);
     if (!found.ok()) return found.status();
@@ -123,6 +124,7 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(DaemonOptions options) {
         absl::StatusOr<std::unique_ptr<Device>> served =
             WithExecutors(std::unique_ptr<CpuDevice>(static_cast<CpuDevice*>(d.release())), options);
         if (!served.ok()) return served.status();
+        executors.push_back(static_cast<const executor::ExecutorDevice*>(served->get()));
         d = std::move(*served);
       } else {
         spdlog::warn("{}: every tenant's work runs in the daemon's process: executors host cpu devices only in "
@@ -147,8 +149,9 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(DaemonOptions options) {
   daemon->engine_ = std::move(*engine);
   daemon->engine_->ConfigureTenants(daemon->auth_->configs());
   daemon->health_ = std::make_unique<Health>(options.drain, daemon->engine_->ListDevices().size());
-  daemon->service_ =
-      std::make_unique<ReplaydService>(daemon->engine_.get(), daemon->auth_.get(), daemon->health_.get());
+  daemon->metrics_ = std::make_unique<DaemonMetrics>(*daemon->engine_, std::move(executors));
+  daemon->service_ = std::make_unique<ReplaydService>(daemon->engine_.get(), daemon->auth_.get(),
+                                                      daemon->health_.get(), daemon->metrics_.get());
   daemon->admin_ = std::make_unique<AdminService>(daemon->engine_.get(), daemon->auth_.get(), daemon->health_.get());
 
   absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> credentials = ServerCredentials(options);
@@ -165,8 +168,11 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(DaemonOptions options) {
   // Program code may be up to 16 MiB; transfers use chunks of at most 1 MiB.
   builder.SetMaxReceiveMessageSize(20 << 20);
   builder.SetMaxSendMessageSize(20 << 20);
+  std::vector<std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>> interceptors;
+  interceptors.push_back(daemon->metrics_->RequestCounter(*daemon->auth_));
+  builder.experimental().SetInterceptorCreators(std::move(interceptors));
   daemon->streams_ = std::make_unique<SessionStreamServer>(*daemon->engine_, *daemon->auth_, *daemon->service_,
-                                                           options.streams, builder);
+                                                           *daemon->metrics_, options.streams, builder);
   daemon->server_ = builder.BuildAndStart();
   if (!daemon->server_ || port == 0) return absl::UnavailableError(absl::StrCat("cannot listen on ", options.listen));
   daemon->streams_->Start();
@@ -174,6 +180,12 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(DaemonOptions options) {
   std::string host = options.listen.substr(0, options.listen.rfind(':'));
   daemon->address_ = absl::StrCat(host, ":", port);
   spdlog::info("listening on {}", daemon->address_);
+  if (!options.metrics_listen.empty()) {
+    absl::StatusOr<std::unique_ptr<MetricsServer>> metrics =
+        MetricsServer::Start(options.metrics_listen, [m = daemon->metrics_.get()] { return m->Text(); });
+    if (!metrics.ok()) return metrics.status();
+    daemon->metrics_server_ = std::move(*metrics);
+  }
   return daemon;
 }
 

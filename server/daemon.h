@@ -22,6 +22,8 @@
 #include "server/admin_service.h"
 #include "server/authenticator.h"
 #include "server/health.h"
+#include "server/daemon_metrics.h"
+#include "server/metrics_server.h"
 #include "server/service.h"
 #include "server/session_stream.h"
 
@@ -64,6 +66,9 @@ struct DaemonOptions {
   std::filesystem::path tls_cert, tls_key, tls_client_ca;
   // How long a drain (SIGTERM, Admin.Drain) lets open sessions and calls carry on.
   absl::Duration drain = absl::Seconds(30);
+  // Where Prometheus scrapes the metrics (GET /metrics): port, :port (loopback) or
+  // host:port; empty: not served.
+  std::string metrics_listen;
 };
 
 // The devices of `kind` ("cpu", "cuda", "hip") with the driver options in `options`. A kind
@@ -82,6 +87,8 @@ class Daemon {
   // The address clients dial, with the port actually bound ("127.0.0.1:40123").
   const std::string& address() const { return address_; }
   Engine& engine() { return *engine_; }
+  // The metrics' HTTP address with the port bound; empty when not served.
+  std::string metrics_address() const { return metrics_server_ ? metrics_server_->address() : ""; }
 
   // Reads the tenants file again (SIGHUP) and applies its limits to the engine; on error
   // the policies in force stay.
@@ -110,12 +117,14 @@ class Daemon {
   std::unique_ptr<Authenticator> auth_;
   std::unique_ptr<Engine> engine_;
   std::unique_ptr<Health> health_;
+  std::unique_ptr<DaemonMetrics> metrics_;  // counted into by the calls: outlives the server
   std::unique_ptr<ReplaydService> service_;
   std::unique_ptr<AdminService> admin_;
   // Destroyed after the server, as its completion queue must be.
   std::unique_ptr<SessionStreamServer> streams_;
   std::unique_ptr<grpc::Server> server_;
   std::string address_;
+  std::unique_ptr<MetricsServer> metrics_server_;  // reads the engine: destroyed first
 };
 
 }  // namespace replayd

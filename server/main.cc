@@ -73,6 +73,9 @@ ABSL_FLAG(bool, allow_remote_without_tenants, false,
 ABSL_FLAG(std::string, tls_cert, "", "PEM certificate chain: serve TLS");
 ABSL_FLAG(std::string, tls_key, "", "PEM private key of --tls_cert");
 ABSL_FLAG(std::string, tls_client_ca, "", "PEM CA: require client certificates it signed (mutual TLS)");
+ABSL_FLAG(std::string, metrics_listen, "",
+          "serve Prometheus metrics over HTTP at /metrics on this address: port or :port (loopback), or "
+          "host:port; empty: off");
 ABSL_FLAG(uint64_t, queue_limit, 1024,
           "work items a tenant may have waiting for a device when its quotas set no queued limit");
 ABSL_FLAG(absl::Duration, scheduler_quantum, absl::Microseconds(500),
@@ -342,6 +345,7 @@ int main(int argc, char** argv) {
   options.tls_cert = absl::GetFlag(FLAGS_tls_cert);
   options.tls_key = absl::GetFlag(FLAGS_tls_key);
   options.tls_client_ca = absl::GetFlag(FLAGS_tls_client_ca);
+  options.metrics_listen = absl::GetFlag(FLAGS_metrics_listen);
   if (options.tenants_file.empty()) {
     const std::string host = options.listen.substr(0, options.listen.rfind(':'));
     const bool loopback = host == "localhost" || host == "[::1]" || host.rfind("127.", 0) == 0;

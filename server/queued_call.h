@@ -28,6 +28,8 @@
 
 namespace replayd {
 
+class DaemonMetrics;
+
 class QueuedCall {
  public:
   // What a completion is for: the call arriving, a read, a write or the finish completing,
@@ -84,6 +86,7 @@ struct CallHost {
   CallQueue& queue;           // where they wait, and are counted
   Dispatcher& dispatcher;     // where received calls run
   const Authenticator& auth;  // the caller's tenant, for the workers it may hold
+  DaemonMetrics& metrics;     // where the operations run are counted
 };
 
 // One call of a unary method of `Service`. Its lifecycle, in State:

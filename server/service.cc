@@ -140,6 +140,8 @@ grpc::Status ReplaydService::LoadProgram(grpc::ServerContext* context, const v1:
   if (!source.ok()) return ToGrpc(source.status());
   absl::StatusOr<ProgramInfo> info = (*session)->LoadProgram(*source);
   if (!info.ok()) return ToGrpc(info.status());
+  metrics_->For((*session)->device().id, (*caller)->name)
+      .Loaded(info->cache_hit, absl::ToDoubleSeconds(info->compile_time));
   reply->set_program(info->handle);
   reply->set_key(info->key);
   reply->set_cache_hit(info->cache_hit);
@@ -158,7 +160,11 @@ grpc::Status ReplaydService::Launch(grpc::ServerContext* context, const v1::Laun
                                     v1::LaunchReply* reply) {
   auto session = FindSession(context, request->session());
   if (!session.ok()) return ToGrpc(session.status());
-  return ToGrpc(RunEager(**session, &replayd::DeviceSession::Launch, *request, *reply));
+  const int64_t start = SteadyNowNs();
+  absl::Status launched = RunEager(**session, &replayd::DeviceSession::Launch, *request, *reply);
+  if (launched.ok())
+    metrics_->For((*session)->device().id, (*session)->tenant()).Launched((SteadyNowNs() - start) * 1e-9);
+  return ToGrpc(launched);
 }
 
 grpc::Status ReplaydService::CopyBuffer(grpc::ServerContext* context, const v1::CopyBufferRequest* request,
@@ -219,8 +225,10 @@ grpc::Status ReplaydService::ReplayGraph(grpc::ServerContext* context, const v1:
   if (!session.ok()) return ToGrpc(session.status());
   absl::StatusOr<ReplayOp> op = FromProto(*request);
   if (!op.ok()) return ToGrpc(op.status());
+  const int64_t start = SteadyNowNs();
   absl::StatusOr<ReplayOutcome> result = (*session)->ReplayGraph(*op);
   if (!result.ok()) return ToGrpc(result.status());
+  metrics_->For((*session)->device().id, (*session)->tenant()).Replayed((SteadyNowNs() - start) * 1e-9);
   if (result->device_time) reply->set_device_seconds(absl::ToDoubleSeconds(*result->device_time));
   for (std::string& r : result->reads) reply->add_reads(std::move(r));
   return grpc::Status::OK;

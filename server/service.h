@@ -9,6 +9,7 @@
 #include "engine/engine.h"
 #include "server/authenticator.h"
 #include "server/health.h"
+#include "server/daemon_metrics.h"
 #include "server/session_stream.h"
 #include "replayd/v1/replayd.grpc.pb.h"
 
@@ -20,10 +21,10 @@ inline constexpr size_t kMaxChunkBytes = 1 << 20;
 // The Session method is served by SessionStreamServer.
 class ReplaydService final : public SessionStreamService {
  public:
-  // `engine`, `auth` and `health` must outlive the service. While `health` says the
-  // daemon drains, OpenSession is refused (Health::AdmitSession).
-  ReplaydService(Engine* engine, const Authenticator* auth, const Health* health)
-      : engine_(engine), auth_(auth), health_(health) {}
+  // `engine`, `auth`, `health` and `metrics` must outlive the service. While `health`
+  // says the daemon drains, OpenSession is refused (Health::AdmitSession).
+  ReplaydService(Engine* engine, const Authenticator* auth, const Health* health, DaemonMetrics* metrics)
+      : engine_(engine), auth_(auth), health_(health), metrics_(metrics) {}
 
   grpc::Status ListDevices(grpc::ServerContext*, const v1::ListDevicesRequest*,
                            v1::ListDevicesReply*) override;
@@ -72,6 +73,7 @@ class ReplaydService final : public SessionStreamService {
   Engine* const engine_;
   const Authenticator* const auth_;
   const Health* const health_;
+  DaemonMetrics* const metrics_;
 };
 
 }  // namespace replayd

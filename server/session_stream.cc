@@ -117,11 +117,34 @@ class StreamOps {
   ReplayOutcome replay_result_;
 };
 
+StreamOp OpOf(const v1::SessionRequest& request) {
+  switch (request.op_case()) {
+    case v1::SessionRequest::kLaunch:
+      return StreamOp::kLaunch;
+    case v1::SessionRequest::kCopy:
+      return StreamOp::kCopy;
+    case v1::SessionRequest::kReplay:
+      return StreamOp::kReplay;
+    case v1::SessionRequest::kWrite:
+      return StreamOp::kWrite;
+    case v1::SessionRequest::kRead:
+      return StreamOp::kRead;
+    case v1::SessionRequest::kSynchronize:
+      return StreamOp::kSynchronize;
+    case v1::SessionRequest::kKeepAlive:
+      return StreamOp::kKeepAlive;
+    case v1::SessionRequest::kReplaySequence:
+      return StreamOp::kReplaySequence;
+    default:
+      return StreamOp::kNone;
+  }
+}
+
 // The per-stream state: its session, and whether a failure cancels what follows.
 class StreamRunner {
  public:
-  StreamRunner(Engine& engine, std::string tenant, ReplySink& sink)
-      : engine_(engine), tenant_(std::move(tenant)), ops_(sink) {}
+  StreamRunner(Engine& engine, DaemonMetrics& metrics, std::string tenant, ReplySink& sink)
+      : engine_(engine), metrics_(metrics), tenant_(std::move(tenant)), ops_(sink) {}
 
   const std::string& tenant() const { return tenant_; }
 
@@ -138,7 +161,10 @@ class StreamRunner {
       absl::StatusOr<std::shared_ptr<DeviceSession>> found =
           session_ ? absl::InvalidArgumentError("a Session stream serves one session")
                    : engine_.FindSession(tenant_, request.session());
-      if (found.ok()) session_ = *found;
+      if (found.ok()) {
+        session_ = *found;
+        session_metrics_ = &metrics_.For(session_->device().id, tenant_);
+      }
       status = found.status();
     } else {
       session_->Renew(absl::Now());
@@ -148,7 +174,9 @@ class StreamRunner {
           absl::StrCat("not run: operation ", failed_seq_, " failed earlier on this stream (set resume to go on)"));
     } else if (status.ok()) {
       failed_ = false;
+      const int64_t start = SteadyNowNs();
       status = ops_.Run(*session_, request, reply);
+      Count(request, status, reply, (SteadyNowNs() - start) * 1e-9);
     }
     if (!status.ok() && !failed_ && !request.continue_on_error()) {
       failed_ = true;
@@ -161,10 +189,22 @@ class StreamRunner {
   }
 
  private:
+  void Count(const v1::SessionRequest& request, const absl::Status& status, const v1::SessionReply& reply,
+             double seconds) {
+    const StreamOp op = OpOf(request);
+    session_metrics_->StreamOperation(op, status.code(), seconds);
+    if (!status.ok()) return;
+    if (op == StreamOp::kReplay) session_metrics_->Replayed(seconds);
+    if (op == StreamOp::kLaunch) session_metrics_->Launched(seconds);
+    if (op == StreamOp::kReplaySequence) session_metrics_->ReplayedSequence(reply.sequence().replays());
+  }
+
   Engine& engine_;
+  DaemonMetrics& metrics_;
   const std::string tenant_;
   StreamOps ops_;
   std::shared_ptr<DeviceSession> session_;
+  OperationMetrics* session_metrics_ = nullptr;  // session_'s
   // After a failed operation without continue_on_error: set, with the seq that failed.
   bool failed_ = false;
   uint64_t failed_seq_ = 0;
@@ -329,7 +369,7 @@ class StreamCall final : public QueuedCall, public ReplySink {
         ++refs_;  // the finish's completion
         io.finish = ToGrpc(caller.status());
       } else if (phase_ == Phase::kWaiting) {
-        runner_.emplace(engine_, (*caller)->name, *this);
+        runner_.emplace(engine_, host_.metrics, (*caller)->name, *this);
         phase_ = Phase::kOpen;
         StartRead(io);
       }
@@ -542,10 +582,12 @@ class StreamCall final : public QueuedCall, public ReplySink {
 };
 
 SessionStreamServer::SessionStreamServer(Engine& engine, const Authenticator& auth, SessionStreamService& service,
-                                         SessionStreamOptions options, grpc::ServerBuilder& builder)
+                                         DaemonMetrics& metrics, SessionStreamOptions options,
+                                         grpc::ServerBuilder& builder)
     : engine_(engine),
       auth_(auth),
       service_(service),
+      metrics_(metrics),
       options_{std::max<size_t>(options.window, 1), std::max(options.threads, 1), std::max<size_t>(options.workers, 1),
                std::max<size_t>(options.workers_per_tenant, 1)},
       calls_(builder),
@@ -556,7 +598,7 @@ SessionStreamServer::~SessionStreamServer() { Stop(); }
 void SessionStreamServer::Start() {
   for (int i = 0; i < options_.threads; ++i) threads_.emplace_back([this] { calls_.Poll(); });
   dispatcher_.StartStandby([this](absl::Time deadline) { return calls_.PollOnce(deadline); });
-  const CallHost<SessionStreamService> host{service_, calls_, dispatcher_, auth_};
+  const CallHost<SessionStreamService> host{service_, calls_, dispatcher_, auth_, metrics_};
   calls_.Listen(new StreamCall(host, engine_, options_.window));
   using Service = v1::Replayd::Service;
   ServeUnary(host, &SessionStreamService::RequestReplayGraph, &Service::ReplayGraph);

@@ -35,6 +35,7 @@
 #include "engine/engine.h"
 #include "replayd/v1/replayd.grpc.pb.h"
 #include "server/authenticator.h"
+#include "server/daemon_metrics.h"
 #include "server/dispatch.h"
 #include "server/queued_call.h"
 
@@ -77,9 +78,10 @@ struct SessionStreamOptions {
 class SessionStreamServer {
  public:
   // Adds the streams' completion queue to `builder`: construct before BuildAndStart, then
-  // Start. `engine`, `auth` and `service` (registered with the builder) must outlive this.
+  // Start. `engine`, `auth`, `service` (registered with the builder) and `metrics` must
+  // outlive this.
   SessionStreamServer(Engine& engine, const Authenticator& auth, SessionStreamService& service,
-                      SessionStreamOptions options, grpc::ServerBuilder& builder);
+                      DaemonMetrics& metrics, SessionStreamOptions options, grpc::ServerBuilder& builder);
   // Stops, if Stop was not called.
   ~SessionStreamServer();
   SessionStreamServer(const SessionStreamServer&) = delete;
@@ -95,6 +97,7 @@ class SessionStreamServer {
   Engine& engine_;
   const Authenticator& auth_;
   SessionStreamService& service_;
+  DaemonMetrics& metrics_;
   const SessionStreamOptions options_;  // every field at least 1
   CallQueue calls_;
   std::vector<std::thread> threads_;  // polling calls_

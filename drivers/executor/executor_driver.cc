@@ -298,8 +298,23 @@ class ExecutorContext : public Context {
 
 }  // namespace
 
+const char* ExecutorDeathName(ExecutorDeath death) {
+  switch (death) {
+    case ExecutorDeath::kSignal:
+      return "signal";
+    case ExecutorDeath::kExit:
+      return "exit";
+    case ExecutorDeath::kTimeout:
+      return "timeout";
+    case ExecutorDeath::kFailure:
+      return "failure";
+  }
+  return "failure";
+}
+
 absl::StatusOr<std::shared_ptr<Executor>> Executor::Start(const ExecutorOptions& options, std::string tenant,
-                                                          std::string device, DeviceMemory& memory) {
+                                                          std::string device, DeviceMemory& memory,
+                                                          std::function<void(ExecutorDeath)> died) {
   if (access(options.binary.c_str(), X_OK) != 0)
     return absl::InternalError(absl::StrCat("executor program ", options.binary.string(), " cannot be run: ",
                                             std::strerror(errno)));
@@ -340,15 +355,16 @@ absl::StatusOr<std::shared_ptr<Executor>> Executor::Start(const ExecutorOptions&
     return absl::InternalError(absl::StrCat("cannot start executor ", options.binary.string(), ": ", std::strerror(err)));
   }
   return std::shared_ptr<Executor>(
-      new Executor(options, std::move(tenant), std::move(device), memory, *std::move(control), sockets[0], pid));
+      new Executor(options, std::move(tenant), std::move(device), memory, *std::move(control), sockets[0], pid,
+                   std::move(died)));
 }
 
 Executor::Executor(const ExecutorOptions& options, std::string tenant, std::string device, DeviceMemory& memory,
-                   Channel control, int socket, pid_t pid)
+                   Channel control, int socket, pid_t pid, std::function<void(ExecutorDeath)> died)
     : command_timeout_ns_(absl::ToInt64Nanoseconds(options.command_timeout)), tenant_(std::move(tenant)), device_(std::move(device)),
       memory_(memory), socket_(socket), pid_(pid), pidfd_(static_cast<int>(syscall(SYS_pidfd_open, pid, 0))),
       address_space_(next_address_space++),
-      control_(std::make_shared<Link>(std::move(control))) {}
+      control_(std::make_shared<Link>(std::move(control))), died_(std::move(died)) {}
 
 Executor::~Executor() {
   Stop();
@@ -391,8 +407,9 @@ void Executor::Release(uint64_t bytes) {
   reserved_ -= bytes;
 }
 
-void Executor::RecordDeath(const std::string& cause) {
+void Executor::RecordDeath(ExecutorDeath death, const std::string& cause) {
   if (!death_.ok()) return;  // the first cause stands
+  if (died_) died_(death);
   death_ = absl::FailedPreconditionError(absl::StrCat("executor of tenant ", tenant_, " on ", device_, " ", cause));
   memory_.Release(reserved_);
   reserved_ = 0;
@@ -407,21 +424,21 @@ bool Executor::Reaped(absl::string_view doing) {
   if (doing.empty() && !in_flight_.empty()) doing = in_flight_.begin()->second;
   const std::string while_doing = doing.empty() ? "" : absl::StrCat(" while ", doing);
   if (WIFSIGNALED(status)) {
-    RecordDeath(absl::StrCat("died: ", SignalName(WTERMSIG(status)), while_doing));
+    RecordDeath(ExecutorDeath::kSignal, absl::StrCat("died: ", SignalName(WTERMSIG(status)), while_doing));
   } else {
-    RecordDeath(absl::StrCat("exited with status ", WEXITSTATUS(status), while_doing));
+    RecordDeath(ExecutorDeath::kExit, absl::StrCat("exited with status ", WEXITSTATUS(status), while_doing));
   }
   return true;
 }
 
-void Executor::End(const std::string& cause) {
+void Executor::End(ExecutorDeath death, const std::string& cause) {
   absl::MutexLock lock(&mu_);
   if (running_) {
     kill(pid_, SIGKILL);
     waitpid(pid_, nullptr, 0);
     running_ = false;
   }
-  RecordDeath(cause);
+  RecordDeath(death, cause);
 }
 
 absl::StatusOr<std::shared_ptr<Executor::Link>> Executor::OpenContext() {
@@ -432,7 +449,7 @@ absl::StatusOr<std::shared_ptr<Executor::Link>> Executor::OpenContext() {
   // The descriptor goes first, then the command that takes it: one pair at a time.
   absl::MutexLock pair(&open_mu_);
   if (absl::Status sent = SendFd(socket_, fd); !sent.ok()) {
-    End(absl::StrCat("failed: ", sent.message()));
+    End(ExecutorDeath::kFailure, absl::StrCat("failed: ", sent.message()));
     return health();
   }
   Request r;
@@ -506,16 +523,17 @@ absl::Status Executor::Await(Link& link) {
   if (!bytes.ok()) {
     if (bytes.status().code() == absl::StatusCode::kDeadlineExceeded) {
       const absl::Duration limit = absl::Nanoseconds(command_timeout_ns_.load(std::memory_order_relaxed));
-      End(absl::StrCat("was ended: ", link.what, " ran past the time limit of ", absl::FormatDuration(limit)));
+      End(ExecutorDeath::kTimeout,
+          absl::StrCat("was ended: ", link.what, " ran past the time limit of ", absl::FormatDuration(limit)));
       // This command ran out of time; the executor's later commands find it ended.
       return absl::DeadlineExceededError(health().message());
     } else if (health().ok()) {
-      End(absl::StrCat("failed: ", bytes.status().message()));
+      End(ExecutorDeath::kFailure, absl::StrCat("failed: ", bytes.status().message()));
     }
     return health();
   }
   if (!link.reply.ParseFromArray(channel.reply().data(), static_cast<int>(*bytes))) {
-    End("sent a reply that does not parse");
+    End(ExecutorDeath::kFailure, "sent a reply that does not parse");
     return health();
   }
   absl::Status s = StatusOf(link.reply);
@@ -578,9 +596,17 @@ absl::StatusOr<std::unique_ptr<Context>> ExecutorDevice::OpenContext(const Conte
     absl::MutexLock lock(&mu_);
     auto it = executors_.find(tenant);
     if (it == executors_.end() || !it->second.executor->health().ok()) {
+      auto died = [this, tenant = std::string(tenant)](ExecutorDeath death) {
+        absl::MutexLock counts(&counts_mu_);
+        ++counts_[tenant].died[static_cast<size_t>(death)];
+      };
       absl::StatusOr<std::shared_ptr<Executor>> started =
-          Executor::Start(options_, std::string(tenant), inner_->info().id, memory_);
+          Executor::Start(options_, std::string(tenant), inner_->info().id, memory_, std::move(died));
       if (!started.ok()) return started.status();
+      {
+        absl::MutexLock counts(&counts_mu_);
+        ++counts_[std::string(tenant)].started;
+      }
       // An ended executor's contexts no longer count: they find it gone when they close.
       it = executors_.insert_or_assign(std::string(tenant), Entry{*started, 0}).first;
       WakeSupervisor();
@@ -615,6 +641,11 @@ std::shared_ptr<Executor> ExecutorDevice::ExecutorOf(absl::string_view tenant) c
   absl::MutexLock lock(&mu_);
   auto it = executors_.find(tenant);
   return it == executors_.end() ? nullptr : it->second.executor;
+}
+
+std::map<std::string, ExecutorCounts> ExecutorDevice::executor_counts() const {
+  absl::MutexLock lock(&counts_mu_);
+  return counts_;
 }
 
 }  // namespace replayd::executor

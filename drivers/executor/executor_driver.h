@@ -22,6 +22,7 @@
 
 #include <sys/types.h>
 
+#include <array>
 #include <atomic>
 #include <filesystem>
 #include <functional>
@@ -47,6 +48,23 @@ struct ExecutorOptions {
   absl::Duration command_timeout = absl::Seconds(60);
 };
 
+// Why an executor ended before its tenant's last context closed, as a few kinds (for the
+// daemon's metrics; the full cause is in its health()).
+enum class ExecutorDeath {
+  kSignal,   // killed by a signal from outside, or a crash (SIGSEGV, SIGABRT, ...)
+  kExit,     // exited by itself
+  kTimeout,  // ended because a command ran past its time limit
+  kFailure,  // ended because its channel failed or its reply did not parse
+};
+inline constexpr size_t kExecutorDeathCount = 4;
+const char* ExecutorDeathName(ExecutorDeath death);  // "signal", "exit", "timeout", "failure"
+
+// The executors of one tenant on a device, counted since the device was made.
+struct ExecutorCounts {
+  uint64_t started = 0;
+  std::array<uint64_t, kExecutorDeathCount> died = {};  // by ExecutorDeath
+};
+
 // One executor process: its control channel, on which contexts are opened, and the
 // socket that passes each context's own channel to it.
 class Executor {
@@ -68,9 +86,12 @@ class Executor {
   };
 
   // Starts an executor for `tenant` on device `device`. INTERNAL when it cannot be
-  // started (the binary missing, no memory for the channel).
+  // started (the binary missing, no memory for the channel). `died`, if given, is told
+  // once, should the executor end before Stop (called under the executor's lock: it must
+  // not call back into it).
   static absl::StatusOr<std::shared_ptr<Executor>> Start(const ExecutorOptions& options, std::string tenant,
-                                                         std::string device, DeviceMemory& memory);
+                                                         std::string device, DeviceMemory& memory,
+                                                         std::function<void(ExecutorDeath)> died = nullptr);
   // Kills the process if it still runs and gives back what it held.
   ~Executor();
   // The same, at once: for an executor whose last context closed.
@@ -118,7 +139,7 @@ class Executor {
 
  private:
   Executor(const ExecutorOptions& options, std::string tenant, std::string device, DeviceMemory& memory,
-           Channel control, int socket, pid_t pid);
+           Channel control, int socket, pid_t pid, std::function<void(ExecutorDeath)> died);
   // Reaps the process if it has ended, recording why (with `doing`, or else a command
   // in flight); true when it has.
   bool Reaped(absl::string_view doing);
@@ -128,8 +149,8 @@ class Executor {
   // Waits for the reply of the command posted last, into link.reply.
   absl::Status Await(Link& link) ABSL_EXCLUSIVE_LOCKS_REQUIRED(link.mu);
   // Ends the process (SIGKILL) and records `cause`.
-  void End(const std::string& cause);
-  void RecordDeath(const std::string& cause) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void End(ExecutorDeath death, const std::string& cause);
+  void RecordDeath(ExecutorDeath death, const std::string& cause) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   std::atomic<int64_t> command_timeout_ns_;
   const std::string tenant_;
@@ -140,6 +161,7 @@ class Executor {
   const int pidfd_;
   const uint64_t address_space_;
   const std::shared_ptr<Link> control_;
+  const std::function<void(ExecutorDeath)> died_;
   absl::Mutex open_mu_;  // held from passing a channel to the command that takes it
   mutable absl::Mutex mu_;
   bool running_ ABSL_GUARDED_BY(mu_) = true;  // not yet reaped
@@ -168,6 +190,8 @@ class ExecutorDevice : public Device {
   // The executor `tenant` runs in now, or null; for tests and reports. An executor ends
   // with its tenant's last context.
   std::shared_ptr<Executor> ExecutorOf(absl::string_view tenant) const;
+  // Executors started and died, by tenant.
+  std::map<std::string, ExecutorCounts> executor_counts() const;
 
  private:
   struct Entry {
@@ -189,6 +213,9 @@ class ExecutorDevice : public Device {
   std::map<std::string, Entry, std::less<>> executors_ ABSL_GUARDED_BY(mu_);
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   int wake_fd_ = -1;  // eventfd: the set of executors changed, or stop
+  // Its own lock: an executor reports its death under its own lock, which mu_'s holders take.
+  mutable absl::Mutex counts_mu_;
+  std::map<std::string, ExecutorCounts> counts_ ABSL_GUARDED_BY(counts_mu_);
   std::thread supervisor_;
 };
 

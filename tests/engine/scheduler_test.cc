@@ -5,6 +5,7 @@
 #include <pthread.h>
 #include <sched.h>
 
+#include <algorithm>
 #include <atomic>
 #include <thread>
 
@@ -95,6 +96,32 @@ TEST(SchedulerTest, TheTimeATurnIsHeldIsChargedToItsTenant) {
   }
   EXPECT_GE(a.usage().device_time, absl::Milliseconds(20));
   EXPECT_EQ(a.usage().work_items, 1u);
+}
+
+TEST(SchedulerTest, QueueStatsCountEachTenantsWaitsRefusalsAndDeviceTime) {
+  Scheduler scheduler({});
+  TenantAccount a("a", QueuedQuota(2)), other("other", QueuedQuota(2));
+  Scheduler::Queue* q = scheduler.QueueFor(&a, {});
+  absl::StatusOr<Scheduler::Turn> held = scheduler.Acquire(scheduler.QueueFor(&other, {}));
+  ASSERT_TRUE(held.ok());
+  std::vector<std::thread> waiting;
+  for (int i = 0; i < 2; ++i) waiting.emplace_back([&] { EXPECT_TRUE(scheduler.Acquire(q).ok()); });
+  WaitForQueued(a, 2);
+  EXPECT_EQ(scheduler.Acquire(q).status().code(), absl::StatusCode::kResourceExhausted);
+  absl::SleepFor(absl::Milliseconds(20));
+  { Scheduler::Turn release = std::move(*held); }
+  for (auto& t : waiting) t.join();
+  std::vector<Scheduler::QueueStats> stats = scheduler.queue_stats();
+  std::sort(stats.begin(), stats.end(), [](const auto& x, const auto& y) { return x.tenant < y.tenant; });
+  ASSERT_EQ(stats.size(), 2u);
+  EXPECT_EQ(stats[0].tenant, "a");
+  EXPECT_EQ(stats[0].waits, 2u);
+  EXPECT_EQ(stats[0].rejected, 1u);
+  EXPECT_GE(stats[0].wait_time, absl::Milliseconds(20)) << "both waited while the turn was held";
+  EXPECT_EQ(stats[1].tenant, "other");
+  EXPECT_EQ(stats[1].waits, 0u) << "an uncontended turn does not wait";
+  EXPECT_GE(stats[1].device_time, absl::Milliseconds(20));
+  EXPECT_EQ(stats[0].device_time + stats[1].device_time, a.usage().device_time + other.usage().device_time);
 }
 
 TEST(SchedulerTest, InteractiveWaitersGoBeforeBatchWaiters) {
