@@ -201,10 +201,17 @@ absl::StatusOr<std::optional<replayd::ConfigFile>> ReadConfigFlags(int argc, cha
   return std::optional<replayd::ConfigFile>(*std::move(file));
 }
 
-// Prints the config the flags now hold, as a config file --config reads back.
+// Prints the config the flags now hold, as a config file --config reads back. The drain's
+// time is printed as drain_seconds, whichever flag set it; its older name is left out.
 int PrintConfig() {
+  const std::optional<absl::Duration> drain = DrainTime();
+  if (!drain) return 1;
   absl::StatusOr<replayd::v1::DaemonConfig> config = replayd::ConfigFromFlags();
   std::string text;
+  if (config.ok()) {
+    config->set_drain_seconds(static_cast<int32_t>(absl::ToInt64Seconds(*drain)));
+    config->clear_shutdown_grace_seconds();
+  }
   if (!config.ok() || !google::protobuf::TextFormat::PrintToString(*config, &text)) {
     spdlog::error("--print_config: {}", config.status().ToString());
     return 1;

@@ -196,8 +196,14 @@ TEST(ConfigFileTest, PrintConfigRoundTrips) {
   v1::DaemonConfig config;
   ASSERT_TRUE(google::protobuf::TextFormat::ParseFromString(first.out, &config)) << first.out;
   const google::protobuf::Descriptor& descriptor = *config.GetDescriptor();
-  for (int i = 0; i < descriptor.field_count(); ++i)
-    EXPECT_TRUE(config.GetReflection()->HasField(config, descriptor.field(i))) << descriptor.field(i)->name();
+  // Every field is printed but the drain's older name, folded into drain_seconds.
+  for (int i = 0; i < descriptor.field_count(); ++i) {
+    const google::protobuf::FieldDescriptor* field = descriptor.field(i);
+    if (field->name() == "shutdown_grace_seconds") continue;
+    EXPECT_TRUE(config.GetReflection()->HasField(config, field)) << field->name();
+  }
+  EXPECT_FALSE(config.has_shutdown_grace_seconds());
+  EXPECT_EQ(config.drain_seconds(), 30);
   EXPECT_EQ(config.lease_seconds(), 29);
   EXPECT_EQ(config.scheduler_quantum(), "2ms");
   EXPECT_FALSE(config.cpu_batch_idle());
@@ -208,6 +214,17 @@ TEST(ConfigFileTest, PrintConfigRoundTrips) {
   const Exit second = RunReplayd(dir, {"--config=" + file.string(), "--print_config"}, /*split=*/true);
   ASSERT_EQ(second.code, 0) << second.out << second.err;
   EXPECT_EQ(second.out, first.out);
+}
+
+// --shutdown_grace_seconds, the drain's older name, is printed as the drain_seconds it sets.
+TEST(ConfigFileTest, PrintConfigFoldsTheOlderDrainName) {
+  TempDir dir;
+  const Exit run = RunReplayd(dir, {"--print_config", "--shutdown_grace_seconds=7"}, /*split=*/true);
+  ASSERT_EQ(run.code, 0) << run.out << run.err;
+  v1::DaemonConfig config;
+  ASSERT_TRUE(google::protobuf::TextFormat::ParseFromString(run.out, &config)) << run.out;
+  EXPECT_EQ(config.drain_seconds(), 7);
+  EXPECT_FALSE(config.has_shutdown_grace_seconds());
 }
 
 // The example in deploy/ is a config the daemon accepts, as written.
