@@ -544,6 +544,7 @@ Client Client::Connect(const std::string& target, ClientOptions options) {
     ssl.pem_cert_chain = options.tls_cert;
     ssl.pem_private_key = options.tls_key;
     credentials = grpc::SslCredentials(ssl);
+    if (!options.tls_server_name.empty()) args.SetSslTargetNameOverride(options.tls_server_name);
   }
   auto channel = grpc::CreateCustomChannel(target, credentials, args);
   return Client(std::shared_ptr<v1::Replayd::Stub>(v1::Replayd::NewStub(channel)),
@@ -581,8 +582,17 @@ absl::StatusOr<v1::DrainReply> Client::Drain() {
   return reply;
 }
 
-absl::StatusOr<grpc::health::v1::HealthCheckResponse::ServingStatus> Client::Health(const std::string& service) {
+namespace {
+// Sets `context`'s deadline `timeout` from now, unless it is infinite.
+void SetTimeout(grpc::ClientContext& context, absl::Duration timeout) {
+  if (timeout != absl::InfiniteDuration()) context.set_deadline(absl::ToChronoTime(absl::Now() + timeout));
+}
+}  // namespace
+
+absl::StatusOr<grpc::health::v1::HealthCheckResponse::ServingStatus> Client::Health(const std::string& service,
+                                                                                     absl::Duration timeout) {
   grpc::ClientContext context;
+  SetTimeout(context, timeout);
   grpc::health::v1::HealthCheckRequest request;
   request.set_service(service);
   grpc::health::v1::HealthCheckResponse reply;
@@ -591,8 +601,9 @@ absl::StatusOr<grpc::health::v1::HealthCheckResponse::ServingStatus> Client::Hea
   return reply.status();
 }
 
-absl::StatusOr<std::vector<v1::Device>> Client::ListDevices() {
+absl::StatusOr<std::vector<v1::Device>> Client::ListDevices(absl::Duration timeout) {
   grpc::ClientContext context;
+  SetTimeout(context, timeout);
   Authorize(context, options_.token);
   v1::ListDevicesReply reply;
   absl::Status s = FromGrpc(stub_->ListDevices(&context, v1::ListDevicesRequest(), &reply));

@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/time/time.h"
 #include "grpc/health/v1/health.grpc.pb.h"
 #include "replayd/v1/admin.grpc.pb.h"
 #include "replayd/v1/replayd.grpc.pb.h"
@@ -254,6 +255,9 @@ struct ClientOptions {
   // TLS, when tls_root_ca (PEM) is set: the CA that signed the daemon's certificate, and
   // for mutual TLS this client's PEM certificate chain and key.
   std::string tls_root_ca, tls_cert, tls_key;
+  // The name the daemon's certificate is checked against; empty: the target's host. Set
+  // where the target is an address that the certificate does not name.
+  std::string tls_server_name;
 };
 
 // Adds the bearer token to a call (nothing for an empty token).
@@ -264,7 +268,8 @@ class Client {
   // A client of the daemon at `target` ("127.0.0.1:7070"). The connection is made lazily.
   static Client Connect(const std::string& target, ClientOptions options = {});
 
-  absl::StatusOr<std::vector<v1::Device>> ListDevices();
+  // The daemon's devices; DEADLINE_EXCEEDED past `timeout`.
+  absl::StatusOr<std::vector<v1::Device>> ListDevices(absl::Duration timeout = absl::InfiniteDuration());
   absl::StatusOr<Session> OpenSession(const std::string& device);
   v1::Replayd::Stub& stub() { return *stub_; }
 
@@ -277,8 +282,9 @@ class Client {
 
   // The daemon's health (grpc.health.v1 Check, which needs no token) for `service`: "" for
   // the daemon as a whole, or a service's full name ("replayd.v1.Replayd"). NOT_FOUND
-  // for a service the daemon does not know.
-  absl::StatusOr<grpc::health::v1::HealthCheckResponse::ServingStatus> Health(const std::string& service = "");
+  // for a service the daemon does not know, DEADLINE_EXCEEDED past `timeout`.
+  absl::StatusOr<grpc::health::v1::HealthCheckResponse::ServingStatus> Health(
+      const std::string& service = "", absl::Duration timeout = absl::InfiniteDuration());
 
  private:
   Client(std::shared_ptr<v1::Replayd::Stub> stub, std::shared_ptr<v1::Admin::Stub> admin,

@@ -14,10 +14,9 @@
 #include "absl/strings/str_cat.h"
 #include "client/client.h"
 #include "tests/integration/daemon_fixture.h"
+#include "tests/integration/daemon_processes.h"
 #include "tests/support/child_process.h"
-#include "tests/support/free_port.h"
 #include "tests/support/status_macros.h"
-#include "tests/support/temp_dir.h"
 
 namespace replayd::client {
 namespace {
@@ -28,48 +27,12 @@ using grpc::health::v1::HealthCheckResponse;
 constexpr int kN = 256;
 const Variable kPos{"pos", 0, 1 << 20, 1};
 
-// A replayd process on a free loopback port, its log in its own directory.
-struct DaemonProcess {
-  pid_t pid = -1;
-  std::string address;
-  std::filesystem::path log;
-};
-
 class DrainTest : public ::testing::Test {
  protected:
-  // Starts replayd with `flags` and waits until it answers; ADD_FAILURE when it does not.
-  DaemonProcess Start(const std::vector<std::string>& flags) {
-    DaemonProcess d;
-    d.address = absl::StrCat("127.0.0.1:", FreePort());
-    d.log = dir_.path() / absl::StrCat("replayd-", ++started_, ".log");
-    std::vector<std::string> argv = {REPLAYD_BINARY, "--listen=" + d.address, "--devices=cpu",
-                                     "--cache_dir=" + (dir_.path() / "cache").string()};
-    argv.insert(argv.end(), flags.begin(), flags.end());
-    d.pid = Spawn(argv, d.log);
-    EXPECT_GT(d.pid, 0);
-    absl::StatusOr<ServingStatus> health = absl::UnavailableError("not asked");
-    for (int i = 0; i < 200 && !(health.ok() && *health == HealthCheckResponse::SERVING); ++i) {
-      absl::SleepFor(absl::Milliseconds(50));
-      health = Client::Connect(d.address).Health();
-    }
-    EXPECT_TRUE(health.ok() && *health == HealthCheckResponse::SERVING)
-        << health.status() << "\n" << ReadText(d.log);
-    return d;
-  }
+  DaemonProcess Start(const std::vector<std::string>& flags) { return daemons_.Start(flags); }
+  static void AwaitNotServing(const std::string& address) { DaemonProcesses::AwaitNotServing(address); }
 
-  // Waits until `address` says NOT_SERVING for the daemon as a whole.
-  static void AwaitNotServing(const std::string& address) {
-    absl::StatusOr<ServingStatus> health;
-    for (int i = 0; i < 600; ++i) {
-      health = Client::Connect(address).Health();
-      if (health.ok() && *health == HealthCheckResponse::NOT_SERVING) return;
-      absl::SleepFor(absl::Milliseconds(50));
-    }
-    FAIL() << "the daemon at " << address << " never said NOT_SERVING: " << health.status();
-  }
-
-  TempDir dir_;
-  int started_ = 0;
+  DaemonProcesses daemons_;
 };
 
 // One session's work: a captured graph, out = in * 2 + pos over kN floats with in = 0, 1,

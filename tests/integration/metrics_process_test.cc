@@ -23,13 +23,6 @@
 
 extern char** environ;
 
-// A Status that must be OK, or the test fails here.
-#define ASSERT_OK(expr)                                \
-  do {                                                 \
-    const absl::Status status_ = (expr);               \
-    ASSERT_TRUE(status_.ok()) << #expr << ": " << status_; \
-  } while (0)
-
 namespace replayd::client {
 namespace {
 

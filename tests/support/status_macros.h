@@ -8,6 +8,8 @@
 
 #include <utility>
 
+#include "absl/status/status.h"
+
 #define REPLAYD_STATUS_MACROS_CONCAT_INNER(a, b) a##b
 #define REPLAYD_STATUS_MACROS_CONCAT(a, b) REPLAYD_STATUS_MACROS_CONCAT_INNER(a, b)
 
@@ -21,5 +23,18 @@
   auto statusor = (rexpr);                                      \
   ASSERT_TRUE(statusor.ok()) << #rexpr << ": " << statusor.status(); \
   lhs = std::move(*statusor)
+
+// ASSERT_OK(expr) / EXPECT_OK(expr): `expr`, an absl::Status evaluated once, is OK; else a
+// failure naming the expression and the status.
+#define ASSERT_OK(expr) REPLAYD_CHECK_OK_IMPL(REPLAYD_STATUS_MACROS_CONCAT(status_, __LINE__), expr, ASSERT_TRUE)
+#define EXPECT_OK(expr) REPLAYD_CHECK_OK_IMPL(REPLAYD_STATUS_MACROS_CONCAT(status_, __LINE__), expr, EXPECT_TRUE)
+
+#define REPLAYD_CHECK_OK_IMPL(status, expr, check) \
+  switch (0)                                       \
+  case 0:                                          \
+  default:                                         \
+    if (const absl::Status status = (expr); status.ok()) { \
+    } else                                         \
+      check(status.ok()) << #expr << ": " << status
 
 #endif  // REPLAYD_TESTS_SUPPORT_STATUS_MACROS_H_
