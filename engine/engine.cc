@@ -160,6 +160,13 @@ absl::StatusOr<std::shared_ptr<DeviceSession>> Engine::FindSession(absl::string_
   return it->second;
 }
 
+std::string Engine::DeviceOfSession(absl::string_view tenant, SessionId id) const {
+  absl::MutexLock lock(&mu_);
+  const auto it = sessions_.find(id);
+  if (it == sessions_.end() || it->second->tenant() != tenant) return "";
+  return it->second->device().id;
+}
+
 absl::Status Engine::CloseSession(absl::string_view tenant, SessionId id) {
   std::shared_ptr<DeviceSession> session;
   {

@@ -97,6 +97,9 @@ class Engine {
   // FAILED_PRECONDITION with the cause for one closed because its context was lost.
   absl::StatusOr<std::shared_ptr<DeviceSession>> FindSession(absl::string_view tenant, SessionId id);
   absl::Status CloseSession(absl::string_view tenant, SessionId id);
+  // The id of the device `tenant`'s open session `id` runs on, "" for none; for labels,
+  // so unlike FindSession it leaves the lease alone.
+  std::string DeviceOfSession(absl::string_view tenant, SessionId id) const;
 
   // Sets the limits of the tenants listed (a tenant seen for the first time gets an
   // account). Tenants not listed keep their accounts and limits: a revoked tenant's

@@ -244,6 +244,10 @@ absl::StatusOr<v1::DaemonConfig> ConfigFromFlags() {
 }
 
 absl::Status CheckConfigMatchesFlags(absl::string_view flags_file, absl::Span<const absl::string_view> not_in_config) {
+  // Abseil gives a flag's file name without its leading slashes ("/src/main.cc" ->
+  // "src/main.cc"), so `flags_file` (a __FILE__, absolute or not) is compared without them.
+  while (absl::ConsumePrefix(&flags_file, "/")) {
+  }
   const google::protobuf::Descriptor& descriptor = *v1::DaemonConfig::descriptor();
   for (const auto& [name, flag] : absl::GetAllFlags()) {
     if (!absl::EndsWith(flag->Filename(), flags_file) || flag->IsRetired()) continue;

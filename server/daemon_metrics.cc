@@ -1,8 +1,11 @@
 #include "server/daemon_metrics.h"
 
 #include <algorithm>
+#include <optional>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "google/protobuf/message.h"
 
 namespace replayd {
 
@@ -40,29 +43,63 @@ const char* CodeName(absl::StatusCode code) {
 
 double Seconds(absl::Duration d) { return absl::ToDoubleSeconds(d); }
 
-// Counts one call at its status, with the tenant of its token.
+// Counts one call at its status, with the tenant of its token and the device it is for:
+// the device an OpenSession names, or the device of the session a request names (read
+// from the call's first request; replayd.v1.Replayd's messages are all protobuf).
 class RequestInterceptor final : public grpc::experimental::Interceptor {
  public:
   RequestInterceptor(grpc::experimental::ServerRpcInfo* info, DaemonMetrics& metrics, const Authenticator& auth)
       : info_(info), metrics_(metrics), auth_(auth) {}
 
   void Intercept(grpc::experimental::InterceptorBatchMethods* methods) override {
-    if (methods->QueryInterceptionHookPoint(grpc::experimental::InterceptionHookPoints::PRE_SEND_STATUS)) {
+    using grpc::experimental::InterceptionHookPoints;
+    if (methods->QueryInterceptionHookPoint(InterceptionHookPoints::POST_RECV_MESSAGE) && !received_) {
+      received_ = true;
+      const void* message = methods->GetRecvMessage();
+      if (message != nullptr && absl::StartsWith(info_->method(), kReplaydMethods))
+        device_ = DeviceOf(*static_cast<const google::protobuf::Message*>(message));
+    }
+    if (methods->QueryInterceptionHookPoint(InterceptionHookPoints::PRE_SEND_STATUS))
+      metrics_.CountRequest(info_->method(), methods->GetSendStatus().error_code(), TenantName(), device_);
+    methods->Proceed();
+  }
+
+ private:
+  static constexpr absl::string_view kReplaydMethods = "/replayd.v1.Replayd/";
+
+  // The caller's tenant, "" when its token does not authenticate.
+  const std::string& TenantName() {
+    if (!tenant_) {
       const auto& metadata = info_->server_context()->client_metadata();
       auto it = metadata.find("authorization");
       absl::string_view header;
       if (it != metadata.end()) header = absl::string_view(it->second.data(), it->second.size());
       absl::StatusOr<std::shared_ptr<const Tenant>> tenant = auth_.Authenticate(header);
-      metrics_.CountRequest(info_->method(), methods->GetSendStatus().error_code(),
-                            tenant.ok() ? absl::string_view((*tenant)->name) : absl::string_view());
+      tenant_ = tenant.ok() ? (*tenant)->name : "";
     }
-    methods->Proceed();
+    return *tenant_;
   }
 
- private:
+  // The device `request` is for: its `device` field if the daemon serves such a device
+  // (so a client cannot make up label values), else its `session` field's device.
+  std::string DeviceOf(const google::protobuf::Message& request) {
+    const google::protobuf::Descriptor& type = *request.GetDescriptor();
+    const google::protobuf::Reflection& fields = *request.GetReflection();
+    using Field = google::protobuf::FieldDescriptor;
+    if (const Field* device = type.FindFieldByName("device"); device != nullptr && device->type() == Field::TYPE_STRING)
+      return metrics_.KnownDevice(fields.GetString(request, device));
+    if (const Field* session = type.FindFieldByName("session");
+        session != nullptr && session->cpp_type() == Field::CPPTYPE_UINT64 && !session->is_repeated())
+      return metrics_.DeviceOfSession(TenantName(), fields.GetUInt64(request, session));
+    return "";
+  }
+
   grpc::experimental::ServerRpcInfo* const info_;
   DaemonMetrics& metrics_;
   const Authenticator& auth_;
+  bool received_ = false;
+  std::optional<std::string> tenant_;
+  std::string device_;
 };
 
 class RequestInterceptorFactory final : public grpc::experimental::ServerInterceptorFactoryInterface {
@@ -141,8 +178,9 @@ DaemonMetrics::DaemonMetrics(const Engine& engine, std::vector<const executor::E
     : engine_(engine),
       executors_(std::move(executors)),
       requests_(registry_.AddCounter("replayd_requests_total",
-                                     "gRPC calls answered, by method (service/method) and status code",
-                                     {"method", "code", "tenant"})),
+                                     "gRPC calls answered, by method (service/method) and status code, with the "
+                                     "device of the session they name (empty for none)",
+                                     {"method", "code", "device", "tenant"})),
       replays_(registry_.AddCounter("replayd_replays_total",
                                     "graph replays completed (each replay of a sequence counts)", kDeviceTenant)),
       launches_(registry_.AddCounter("replayd_launches_total", "eager launches completed", kDeviceTenant)),
@@ -208,6 +246,7 @@ DaemonMetrics::DaemonMetrics(const Engine& engine, std::vector<const executor::E
           "executor processes that ended before their tenant's last session closed, by cause: signal (a crash or "
           "a kill), exit, timeout (a command past its time limit) or failure (of its channel)",
           DeviceTenantAnd("cause"))) {
+  for (const DeviceStatus& d : engine_.ListDevices()) device_ids_.push_back(d.info->id);
   registry_.AddCollector([this] { Collect(); });
 }
 
@@ -218,8 +257,17 @@ OperationMetrics& DaemonMetrics::For(absl::string_view device, absl::string_view
   return *m;
 }
 
-void DaemonMetrics::CountRequest(absl::string_view method, grpc::StatusCode code, absl::string_view tenant) {
-  requests_.With({ShortMethod(method), CodeName(static_cast<absl::StatusCode>(code)), tenant}).Add();
+void DaemonMetrics::CountRequest(absl::string_view method, grpc::StatusCode code, absl::string_view tenant,
+                                 absl::string_view device) {
+  requests_.With({ShortMethod(method), CodeName(static_cast<absl::StatusCode>(code)), device, tenant}).Add();
+}
+
+std::string DaemonMetrics::KnownDevice(absl::string_view id) const {
+  return std::find(device_ids_.begin(), device_ids_.end(), id) != device_ids_.end() ? std::string(id) : "";
+}
+
+std::string DaemonMetrics::DeviceOfSession(absl::string_view tenant, uint64_t session) const {
+  return engine_.DeviceOfSession(tenant, session);
 }
 
 std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface> DaemonMetrics::RequestCounter(

@@ -75,8 +75,14 @@ class DaemonMetrics {
   OperationMetrics& For(absl::string_view device, absl::string_view tenant);
 
   // Counts a gRPC call of `method` ("/replayd.v1.Replayd/ReplayGraph") answered with
-  // `code`, made by `tenant` (empty when it did not authenticate).
-  void CountRequest(absl::string_view method, grpc::StatusCode code, absl::string_view tenant);
+  // `code`, made by `tenant` (empty when it did not authenticate) for `device` (empty
+  // when it names none).
+  void CountRequest(absl::string_view method, grpc::StatusCode code, absl::string_view tenant,
+                    absl::string_view device = "");
+  // `id` if the daemon serves a device of that id, else "".
+  std::string KnownDevice(absl::string_view id) const;
+  // The device of `tenant`'s open session `session`, "" for none.
+  std::string DeviceOfSession(absl::string_view tenant, uint64_t session) const;
 
   // Counts every call the server answers (CountRequest), with the tenant `auth` finds for
   // it: add to the ServerBuilder's interceptor creators. `auth` must outlive the server.
@@ -91,6 +97,7 @@ class DaemonMetrics {
 
   const Engine& engine_;
   const std::vector<const executor::ExecutorDevice*> executors_;
+  std::vector<std::string> device_ids_;  // the engine's devices, set at construction
   MetricsRegistry registry_;
   // Counted as they happen.
   Family<Counter>& requests_;

@@ -213,9 +213,13 @@ TEST_F(MetricsProcessTest, PrometheusReadsBackTheWorkDone) {
   EXPECT_EQ(QueryUntil(api, R"(sum(replayd_launch_duration_seconds_bucket{tenant="alice",le="+Inf"}))",
                        kLaunches + 1),
             kLaunches + 1);
-  EXPECT_EQ(QueryUntil(api, R"(sum(replayd_requests_total{method="Replayd/ReplayGraph",code="OK",tenant="alice"}))",
+  EXPECT_EQ(QueryUntil(api,
+                       R"(sum(replayd_requests_total{method="Replayd/ReplayGraph",code="OK",device="cpu:0",tenant="alice"}))",
                        kUnaryReplays),
             kUnaryReplays);
+  EXPECT_EQ(QueryUntil(api, R"(count(replayd_requests_total{method="Replayd/OpenSession",device="cpu:0"}) > 0)", 1), 1);
+  // Only devices the daemon serves, or none, label the requests.
+  EXPECT_EQ(QueryUntil(api, R"(count(replayd_requests_total{device!~"|cpu:0"}) or vector(0))", 0), 0);
   EXPECT_EQ(QueryUntil(api, R"(sum(replayd_requests_total{method="Replayd/OpenSession",code="UNAUTHENTICATED"}))", 1),
             1);
   EXPECT_EQ(QueryUntil(api, R"(sum(replayd_stream_operations_total{tenant="alice",op="replay",code="OK"}))",
