@@ -11,6 +11,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "drivers/executor/executor_driver.h"
+#include "server/request_parsing.h"
 #include "spdlog/spdlog.h"
 
 namespace replayd {
@@ -169,6 +170,7 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(DaemonOptions options) {
   builder.SetMaxReceiveMessageSize(20 << 20);
   builder.SetMaxSendMessageSize(20 << 20);
   std::vector<std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>> interceptors;
+  interceptors.push_back(ParseErrorAnswers());  // first: the others see the status it sends
   interceptors.push_back(daemon->metrics_->RequestCounter(*daemon->auth_));
   builder.experimental().SetInterceptorCreators(std::move(interceptors));
   daemon->streams_ = std::make_unique<SessionStreamServer>(*daemon->engine_, *daemon->auth_, *daemon->service_,

@@ -6,6 +6,8 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "google/protobuf/message.h"
+#include "server/request_parsing.h"
+#include "server/session_stream.h"
 
 namespace replayd {
 
@@ -56,6 +58,12 @@ class RequestInterceptor final : public grpc::experimental::Interceptor {
     if (methods->QueryInterceptionHookPoint(InterceptionHookPoints::POST_RECV_MESSAGE) && !received_) {
       received_ = true;
       const void* message = methods->GetRecvMessage();
+      // A method served on the completion queue receives a ReceivedRequest, which holds
+      // the message if it parsed.
+      if (message != nullptr && ServedOnQueue(info_->method())) {
+        const auto* received = static_cast<const ReceivedRequest*>(message);
+        message = received->parsed ? received->message : nullptr;
+      }
       if (message != nullptr && absl::StartsWith(info_->method(), kReplaydMethods))
         device_ = DeviceOf(*static_cast<const google::protobuf::Message*>(message));
     }

@@ -10,12 +10,16 @@
 //
 // UnaryCall is the call of a unary method, answered by the service's own handler for it
 // (the code gRPC's sync server would run) where the Dispatcher says: on the polling thread
-// that received it, or on a worker.
+// that received it, or on a worker. Its request arrives as a ReceivedRequest
+// (request_parsing.h), so that one whose bytes do not parse is answered INVALID_ARGUMENT
+// rather than cancelled by gRPC with INTERNAL.
 #ifndef REPLAYD_SERVER_QUEUED_CALL_H_
 #define REPLAYD_SERVER_QUEUED_CALL_H_
 
 #include <grpcpp/grpcpp.h>
 
+#include <cstdio>
+#include <cstdlib>
 #include <memory>
 
 #include "absl/status/status.h"
@@ -24,6 +28,7 @@
 #include "absl/time/time.h"
 #include "server/authenticator.h"
 #include "server/dispatch.h"
+#include "server/request_parsing.h"
 #include "server/status.h"
 
 namespace replayd {
@@ -89,29 +94,31 @@ struct CallHost {
   DaemonMetrics& metrics;     // where the operations run are counted
 };
 
-// One call of a unary method of `Service`. Its lifecycle, in State:
+// One call of a unary method of `Service`, which asks gRPC for calls whose requests arrive
+// as ReceivedRequests:
+//   void RequestUnary(const google::protobuf::MethodDescriptor&, grpc::ServerContext*,
+//                     ReceivedRequest*, grpc::internal::ServerAsyncStreamingInterface*,
+//                     grpc::ServerCompletionQueue*, void* tag);
+// Its lifecycle, in State:
 //   kWaiting   Request has asked for a call. The new-call completion brings one: the next
 //              call is listened for and this one goes kRunning. Without one (the server is
 //              shutting down) the call is deleted.
 //   kRunning   The handler runs, on the polling thread that received the call or on a
 //              worker (it waits for one in between); then the reply is finished: kReplying.
-//              With no worker to be had, or an unknown caller when one was needed, the call
-//              is finished with that status instead, the handler unrun.
+//              With a request that did not parse, no worker to be had, or an unknown caller
+//              when one was needed, the call is finished with that status instead, the
+//              handler unrun.
 //   kReplying  Finish has been started; its completion, sent or not, deletes the call.
 template <typename Service, typename RequestMessage, typename ReplyMessage>
 class UnaryCall final : public QueuedCall {
  public:
-  using RequestMethod = void (Service::*)(grpc::ServerContext*, RequestMessage*,
-                                          grpc::ServerAsyncResponseWriter<ReplyMessage>*, grpc::CompletionQueue*,
-                                          grpc::ServerCompletionQueue*, void*);
   using Handler = grpc::Status (Service::*)(grpc::ServerContext*, const RequestMessage*, ReplyMessage*);
 
-  UnaryCall(const CallHost<Service>& host, RequestMethod request, Handler handler)
-      : host_(host), request_method_(request), handler_(handler) {}
+  UnaryCall(const CallHost<Service>& host, const google::protobuf::MethodDescriptor& method, Handler handler)
+      : host_(host), method_(method), handler_(handler) {}
 
   void Request() override {
-    (host_.service.*request_method_)(&context_, &request_, &responder_, host_.queue.cq(), host_.queue.cq(),
-                                     &new_call_);
+    host_.service.RequestUnary(method_, &context_, &received_, &responder_, host_.queue.cq(), &new_call_);
   }
 
   void On(Kind /*kind*/, bool ok) override {
@@ -128,7 +135,12 @@ class UnaryCall final : public QueuedCall {
   enum class State { kWaiting, kRunning, kReplying };
 
   void Received() {
-    host_.queue.Listen(new UnaryCall(host_, request_method_, handler_));
+    host_.queue.Listen(new UnaryCall(host_, method_, handler_));
+    if (!received_.parsed) {
+      state_ = State::kReplying;
+      responder_.Finish(reply_, ToGrpc(ParseError(method_)), &finish_);
+      return;
+    }
     state_ = State::kRunning;
     // Once Run has started the reply, another thread may take its completion and delete
     // this call: nothing of it is used after Run.
@@ -157,28 +169,30 @@ class UnaryCall final : public QueuedCall {
   }
 
   const CallHost<Service> host_;
-  const RequestMethod request_method_;
+  const google::protobuf::MethodDescriptor& method_;
   const Handler handler_;
   // Written by the thread that has the call (the poller that received it, then the worker
   // that runs it); gRPC's queue and the pool order the hand-overs.
   State state_ = State::kWaiting;
   grpc::ServerContext context_;
   RequestMessage request_;
+  ReceivedRequest received_{&request_};
   ReplyMessage reply_;
   grpc::ServerAsyncResponseWriter<ReplyMessage> responder_{&context_};
   Event new_call_{this, kNewCall}, finish_{this, kFinish};
 };
 
-// Serves a unary method on `host`'s queue: `request` is the service's Request<Method>,
-// `handler` its synchronous handler, which answers each call. Call once per method: each
-// call received listens for the next.
-template <typename Service, typename RequestMessage, typename ReplyMessage, typename AsyncBase, typename HandlerBase>
-void ServeUnary(const CallHost<Service>& host,
-                void (AsyncBase::*request)(grpc::ServerContext*, RequestMessage*,
-                                           grpc::ServerAsyncResponseWriter<ReplyMessage>*, grpc::CompletionQueue*,
-                                           grpc::ServerCompletionQueue*, void*),
+// Serves the unary `method` of `host`'s service on its queue, answering each call with
+// `handler`, the service's synchronous handler for it; `method`'s request and reply types
+// must be the handler's. Call once per method: each call received listens for the next.
+template <typename Service, typename RequestMessage, typename ReplyMessage, typename HandlerBase>
+void ServeUnary(const CallHost<Service>& host, const google::protobuf::MethodDescriptor& method,
                 grpc::Status (HandlerBase::*handler)(grpc::ServerContext*, const RequestMessage*, ReplyMessage*)) {
-  host.queue.Listen(new UnaryCall<Service, RequestMessage, ReplyMessage>(host, request, handler));
+  if (method.input_type() != RequestMessage::descriptor() || method.output_type() != ReplyMessage::descriptor()) {
+    std::fprintf(stderr, "%s is not served by a handler of its types\n", method.full_name().c_str());
+    std::abort();
+  }
+  host.queue.Listen(new UnaryCall<Service, RequestMessage, ReplyMessage>(host, method, handler));
 }
 
 }  // namespace replayd

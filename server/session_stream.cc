@@ -7,6 +7,7 @@
 #include <string>
 #include <utility>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "server/service.h"
@@ -236,6 +237,15 @@ bool IsSequence(const v1::SessionRequest& request) {
   return request.op_case() == v1::SessionRequest::kReplaySequence;
 }
 
+const google::protobuf::ServiceDescriptor& ReplaydMethods() { return *v1::SessionRequest::descriptor()->file()->FindServiceByName("Replayd"); }
+
+const google::protobuf::MethodDescriptor* SessionMethod() { return ReplaydMethods().FindMethodByName("Session"); }
+
+// The methods served besides Session, by name.
+constexpr absl::string_view kQueuedUnaryMethods[] = {
+    "ReplayGraph", "Launch",     "KeepAlive",  "AllocBuffer", "FreeBuffer",  "FreeProgram", "CopyBuffer",
+    "Synchronize", "BeginCapture", "EndCapture", "DefineGraph", "FreeGraph", "GraphInfo"};
+
 }  // namespace
 
 // One call of Session: reads requests, runs them in order, one at a time, on whichever
@@ -276,7 +286,7 @@ class StreamCall final : public QueuedCall, public ReplySink {
 
   void Request() override {
     context_.AsyncNotifyWhenDone(&done_);
-    host_.service.RequestSession(&context_, &io_, host_.queue.cq(), host_.queue.cq(), &new_call_);
+    host_.service.RequestBidiStream(*SessionMethod(), &context_, &io_, host_.queue.cq(), &new_call_);
   }
 
   void On(Kind kind, bool ok) override {
@@ -339,7 +349,7 @@ class StreamCall final : public QueuedCall, public ReplySink {
   // may send at once, and its completion may reach another thread that needs the lock).
   // A write starts before a read (see OnRead).
   struct Io {
-    v1::SessionRequest* read = nullptr;
+    ReceivedRequest* read = nullptr;
     const v1::SessionReply* write = nullptr;
     grpc::WriteOptions write_options;
     std::optional<grpc::Status> finish;
@@ -383,9 +393,12 @@ class StreamCall final : public QueuedCall, public ReplySink {
     {
       absl::MutexLock lock(&mu_);
       std::unique_ptr<v1::SessionRequest> request = std::move(reading_);
-      if (!ok || phase_ != Phase::kOpen) {
-        // The client has finished sending, or the stream broke.
-        if (phase_ == Phase::kOpen) phase_ = Phase::kHalfClosed;
+      if (!ok || !received_.parsed || phase_ != Phase::kOpen) {
+        // The client has finished sending, sent what does not parse, or the stream broke.
+        if (phase_ == Phase::kOpen) {
+          phase_ = Phase::kHalfClosed;
+          if (ok) finish_status_ = ToGrpc(ParseError(*SessionMethod()));
+        }
         free_requests_.Give(std::move(request));
         MaybeFinish(io);
       } else {
@@ -511,8 +524,9 @@ class StreamCall final : public QueuedCall, public ReplySink {
   void StartRead(Io& io) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     if (reading_ || phase_ != Phase::kOpen || unanswered_ >= window_) return;
     reading_ = free_requests_.Take();
+    received_.message = reading_.get();
     ++refs_;  // the read's completion
-    io.read = reading_.get();
+    io.read = &received_;
   }
 
   void StartWrite(Io& io) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
@@ -532,7 +546,7 @@ class StreamCall final : public QueuedCall, public ReplySink {
       return;
     phase_ = Phase::kFinishing;
     ++refs_;  // the finish's completion
-    io.finish = grpc::Status::OK;
+    io.finish = finish_status_;
   }
 
   // The stream is gone: nothing queued runs, nothing more is read or written. Once
@@ -562,7 +576,7 @@ class StreamCall final : public QueuedCall, public ReplySink {
   Engine& engine_;
   const size_t window_;
   grpc::ServerContext context_;
-  grpc::ServerAsyncReaderWriter<v1::SessionReply, v1::SessionRequest> io_{&context_};
+  grpc::ServerAsyncReaderWriter<v1::SessionReply, ReceivedRequest> io_{&context_};
   Event new_call_{this, kNewCall}, read_{this, kRead}, write_{this, kWrite}, finish_{this, kFinish},
       done_{this, kDone};
   // Set once the caller is known; used only by the thread holding the turn.
@@ -572,6 +586,8 @@ class StreamCall final : public QueuedCall, public ReplySink {
   Phase phase_ ABSL_GUARDED_BY(mu_) = Phase::kWaiting;
   int refs_ ABSL_GUARDED_BY(mu_) = 2;  // the new-call and done events'; see the class comment
   std::unique_ptr<v1::SessionRequest> reading_ ABSL_GUARDED_BY(mu_);  // the read in flight
+  ReceivedRequest received_ ABSL_GUARDED_BY(mu_);                     // the read's, into reading_
+  grpc::Status finish_status_ ABSL_GUARDED_BY(mu_);  // OK, or why the reading ended early
   std::deque<std::unique_ptr<v1::SessionRequest>> requests_ ABSL_GUARDED_BY(mu_);  // read, not yet run
   Reply writing_ ABSL_GUARDED_BY(mu_);                                              // the write in flight
   std::deque<Reply> replies_ ABSL_GUARDED_BY(mu_);                                  // waiting to be written
@@ -601,19 +617,31 @@ void SessionStreamServer::Start() {
   const CallHost<SessionStreamService> host{service_, calls_, dispatcher_, auth_, metrics_};
   calls_.Listen(new StreamCall(host, engine_, options_.window));
   using Service = v1::Replayd::Service;
-  ServeUnary(host, &SessionStreamService::RequestReplayGraph, &Service::ReplayGraph);
-  ServeUnary(host, &SessionStreamService::RequestLaunch, &Service::Launch);
-  ServeUnary(host, &SessionStreamService::RequestKeepAlive, &Service::KeepAlive);
-  ServeUnary(host, &SessionStreamService::RequestAllocBuffer, &Service::AllocBuffer);
-  ServeUnary(host, &SessionStreamService::RequestFreeBuffer, &Service::FreeBuffer);
-  ServeUnary(host, &SessionStreamService::RequestFreeProgram, &Service::FreeProgram);
-  ServeUnary(host, &SessionStreamService::RequestCopyBuffer, &Service::CopyBuffer);
-  ServeUnary(host, &SessionStreamService::RequestSynchronize, &Service::Synchronize);
-  ServeUnary(host, &SessionStreamService::RequestBeginCapture, &Service::BeginCapture);
-  ServeUnary(host, &SessionStreamService::RequestEndCapture, &Service::EndCapture);
-  ServeUnary(host, &SessionStreamService::RequestDefineGraph, &Service::DefineGraph);
-  ServeUnary(host, &SessionStreamService::RequestFreeGraph, &Service::FreeGraph);
-  ServeUnary(host, &SessionStreamService::RequestGraphInfo, &Service::GraphInfo);
+  auto method = [](absl::string_view name) -> const google::protobuf::MethodDescriptor& {
+    return *ReplaydMethods().FindMethodByName(std::string(name));
+  };
+  ServeUnary(host, method("ReplayGraph"), &Service::ReplayGraph);
+  ServeUnary(host, method("Launch"), &Service::Launch);
+  ServeUnary(host, method("KeepAlive"), &Service::KeepAlive);
+  ServeUnary(host, method("AllocBuffer"), &Service::AllocBuffer);
+  ServeUnary(host, method("FreeBuffer"), &Service::FreeBuffer);
+  ServeUnary(host, method("FreeProgram"), &Service::FreeProgram);
+  ServeUnary(host, method("CopyBuffer"), &Service::CopyBuffer);
+  ServeUnary(host, method("Synchronize"), &Service::Synchronize);
+  ServeUnary(host, method("BeginCapture"), &Service::BeginCapture);
+  ServeUnary(host, method("EndCapture"), &Service::EndCapture);
+  ServeUnary(host, method("DefineGraph"), &Service::DefineGraph);
+  ServeUnary(host, method("FreeGraph"), &Service::FreeGraph);
+  ServeUnary(host, method("GraphInfo"), &Service::GraphInfo);
+}
+
+bool ServedOnQueue(absl::string_view path) {
+  constexpr absl::string_view kPrefix = "/replayd.v1.Replayd/";
+  if (!absl::StartsWith(path, kPrefix)) return false;
+  path.remove_prefix(kPrefix.size());
+  return path == "Session" ||
+         std::find(std::begin(kQueuedUnaryMethods), std::end(kQueuedUnaryMethods), path) !=
+             std::end(kQueuedUnaryMethods);
 }
 
 void SessionStreamServer::Stop() {

@@ -12,6 +12,10 @@
 // in the order read. A request whose worker is refused fails with RESOURCE_EXHAUSTED, and
 // the stream's requests queued behind it fail as after any failed operation.
 //
+// A request whose bytes do not parse as a SessionRequest ends the reading, as the client's
+// half-close would: what was read before it runs and is answered, then the stream finishes
+// with INVALID_ARGUMENT naming the method and the message type (it has no seq to answer).
+//
 // Flow control: a stream reads ahead while fewer than `window` of its operations are
 // unanswered (read, reply not yet written), so receiving overlaps execution; past it the
 // daemon stops reading and the client's transport pushes back. Windows 0 and 1 both read
@@ -38,6 +42,7 @@
 #include "server/daemon_metrics.h"
 #include "server/dispatch.h"
 #include "server/queued_call.h"
+#include "server/request_parsing.h"
 
 namespace replayd {
 
@@ -46,7 +51,7 @@ namespace replayd {
 // LoadProgram with its compile, the WriteBuffer and ReadBuffer transfers) on gRPC's sync
 // server.
 // clang-format off
-using SessionStreamService =
+using SessionStreamMethods =
     v1::Replayd::WithAsyncMethod_Session<
     v1::Replayd::WithAsyncMethod_ReplayGraph<
     v1::Replayd::WithAsyncMethod_Launch<
@@ -63,6 +68,28 @@ using SessionStreamService =
     v1::Replayd::WithAsyncMethod_GraphInfo<
     v1::Replayd::Service>>>>>>>>>>>>>>;
 // clang-format on
+// Their calls are asked for here rather than through the generated Request<Method>, with
+// the requests arriving as ReceivedRequests (request_parsing.h): one that does not parse
+// reaches the daemon, which answers it.
+class SessionStreamService : public SessionStreamMethods {
+ public:
+  // Asks for the next call of the unary `method` of this service.
+  void RequestUnary(const google::protobuf::MethodDescriptor& method, grpc::ServerContext* context,
+                    ReceivedRequest* request, grpc::internal::ServerAsyncStreamingInterface* responder,
+                    grpc::ServerCompletionQueue* cq, void* tag) {
+    RequestAsyncUnary(method.index(), context, request, responder, cq, cq, tag);
+  }
+  // Asks for the next call of the bidirectional streaming `method` of this service.
+  void RequestBidiStream(const google::protobuf::MethodDescriptor& method, grpc::ServerContext* context,
+                         grpc::internal::ServerAsyncStreamingInterface* stream, grpc::ServerCompletionQueue* cq,
+                         void* tag) {
+    RequestAsyncBidiStreaming(method.index(), context, stream, cq, cq, tag);
+  }
+};
+
+// Whether `path` ("/replayd.v1.Replayd/ReplayGraph") is a method SessionStreamServer serves,
+// whose requests therefore arrive as ReceivedRequests.
+bool ServedOnQueue(absl::string_view path);
 
 struct SessionStreamOptions {
   size_t window = 8;      // unanswered operations per stream read ahead; see above
