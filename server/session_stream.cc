@@ -237,14 +237,18 @@ bool IsSequence(const v1::SessionRequest& request) {
   return request.op_case() == v1::SessionRequest::kReplaySequence;
 }
 
-const google::protobuf::ServiceDescriptor& ReplaydMethods() { return *v1::SessionRequest::descriptor()->file()->FindServiceByName("Replayd"); }
+// The Replayd service's methods, as protobuf describes them: a method's index there is its
+// index in the generated service.
+const google::protobuf::ServiceDescriptor& ReplaydMethods() {
+  return *v1::SessionRequest::descriptor()->file()->FindServiceByName("Replayd");
+}
 
 const google::protobuf::MethodDescriptor* SessionMethod() { return ReplaydMethods().FindMethodByName("Session"); }
 
-// The methods served besides Session, by name.
+// The unary methods served beside Session (SessionStreamServer::Start serves each).
 constexpr absl::string_view kQueuedUnaryMethods[] = {
-    "ReplayGraph", "Launch",     "KeepAlive",  "AllocBuffer", "FreeBuffer",  "FreeProgram", "CopyBuffer",
-    "Synchronize", "BeginCapture", "EndCapture", "DefineGraph", "FreeGraph", "GraphInfo"};
+    "ReplayGraph", "Launch",       "KeepAlive",  "AllocBuffer", "FreeBuffer", "FreeProgram", "CopyBuffer",
+    "Synchronize", "BeginCapture", "EndCapture", "DefineGraph", "FreeGraph",  "GraphInfo"};
 
 }  // namespace
 
