@@ -141,7 +141,9 @@ class Context {
   virtual void Free(const Allocation& allocation) = 0;
 
   // Host <-> device copies of `bytes.size()` bytes at `offset`. The caller has checked
-  // the range. Write returns once the source may be reused; Read once the bytes are there.
+  // the range. Write returns once the source may be reused; Read once the bytes are there,
+  // ordered after every earlier submission of this context (a read after a launch
+  // without wait sees what it wrote).
   virtual absl::Status Write(const Allocation& dst, uint64_t offset, std::span<const uint8_t> bytes) = 0;
   virtual absl::Status Read(const Allocation& src, uint64_t offset, std::span<uint8_t> bytes) = 0;
   // Device-to-device copy, submitted in order like a launch; ranges checked by the

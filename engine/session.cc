@@ -483,7 +483,8 @@ absl::Status DeviceSession::ReplayGraph(const ReplayOp& op, ReplayOutcome& resul
   if (absl::Status s = ResolveReads(op.reads, buffers_, reads); !s.ok()) return s;
   absl::StatusOr<Scheduler::Turn> turn = env_.scheduler->Acquire(env_.queue);
   if (!turn.ok()) return turn.status();
-  absl::StatusOr<std::optional<absl::Duration>> time = (*g)->Replay(addresses, values, op.wait || !reads.empty());
+  // Reads are ordered after the replay on the context: they need no wait of their own.
+  absl::StatusOr<std::optional<absl::Duration>> time = (*g)->Replay(addresses, values, op.wait);
   if (!time.ok()) return time.status();
   result.device_time = op.wait ? *time : std::nullopt;
   return TakeReads(*context_, reads, result.reads);
@@ -522,7 +523,7 @@ absl::StatusOr<SequenceOutcome> DeviceSession::ReplaySequence(const ReplaySequen
       turn.emplace(std::move(*acquired));
     }
     absl::StatusOr<std::optional<absl::Duration>> time =
-        g.Replay(vectors->addresses(i), vectors->ValuesOf(i), report && !reads.empty());
+        g.Replay(vectors->addresses(i), vectors->ValuesOf(i), /*wait=*/false);
     if (!time.ok()) return time.status();
     ++result.replays;
     if (!report) continue;

@@ -67,7 +67,7 @@ Channel::Channel(int fd, uint8_t* base) : fd_(fd), base_(base), spins_(SpinsHere
 }
 
 Channel::Channel(Channel&& other) noexcept
-    : fd_(other.fd_), base_(other.base_), spins_(other.spins_), last_request_(other.last_request_) {
+    : fd_(other.fd_), base_(other.base_), spins_(other.spins_), posted_(other.posted_), taken_(other.taken_) {
   other.fd_ = -1;
   other.base_ = nullptr;
 }
@@ -77,15 +77,17 @@ Channel::~Channel() {
   if (fd_ >= 0) close(fd_);
 }
 
-void Channel::PostRequest(uint64_t bytes) {
-  header().request_bytes.store(bytes, std::memory_order_relaxed);
-  header().request_seq.fetch_add(1, std::memory_order_release);
+uint32_t Channel::PostRequest(uint64_t bytes) {
+  ++posted_;
+  header().request_bytes[posted_ % kSlots].store(bytes, std::memory_order_relaxed);
+  header().request_seq.store(posted_, std::memory_order_release);
   Wake(header().request_seq);
+  return posted_;
 }
 
 void Channel::PostReply(uint64_t bytes) {
-  header().reply_bytes.store(bytes, std::memory_order_relaxed);
-  header().reply_seq.store(last_request_, std::memory_order_release);
+  header().reply_bytes[taken_ % kSlots].store(bytes, std::memory_order_relaxed);
+  header().reply_seq.store(taken_, std::memory_order_release);
   Wake(header().reply_seq);
 }
 

@@ -1,8 +1,11 @@
 // The shared-memory channel between the daemon and one executor process: a memfd mapped
-// in both, holding one request and one reply at a time (a message area for the encoded
-// command and a data area for bulk bytes), with futex wake-ups on two sequence counters.
-// The daemon side serialises its calls, so a request is never overwritten before its
-// reply has been read.
+// in both, holding up to kSlots requests in flight and their replies (a message area per
+// slot for the encoded command and its reply, and one data area for bulk bytes), with
+// futex wake-ups on two sequence counters. Requests are numbered 1, 2, ... and answered
+// in order; request n and its reply use slot n % kSlots. So the daemon can post a command
+// behind one still running (a read behind a launch without wait) and the executor takes
+// it without another wake-up. The daemon posts at most kSlots requests past the last
+// reply it has read, and only one of them may use the data area.
 //
 // A waiter spins briefly before it sleeps, where its process may use more than one core:
 // a reply that comes within the spin costs no wake-up (a futex wake across the two cores
@@ -26,6 +29,7 @@ class Channel {
  public:
   static constexpr uint64_t kMessageBytes = 1 << 20;  // one encoded request or reply
   static constexpr uint64_t kDataBytes = 4 << 20;     // bulk bytes of one Write or Read
+  static constexpr uint32_t kSlots = 2;               // requests in flight at most
 
   // A new channel in a fresh memfd (close-on-exec; the spawner passes it on).
   static absl::StatusOr<Channel> Create();
@@ -38,36 +42,44 @@ class Channel {
 
   int fd() const { return fd_; }
 
-  // Daemon side. Post publishes the request of `bytes` message bytes already written at
-  // request(); AwaitReply waits for its reply until `deadline`, returning its message
-  // length, or DEADLINE_EXCEEDED. `stop` is asked at every sleep's end (about every 20 ms):
-  // when it returns true the wait ends with UNAVAILABLE.
-  void PostRequest(uint64_t bytes);
+  // Daemon side. PostRequest publishes the request of `bytes` message bytes already
+  // written at next_request() and returns its number; AwaitReply waits for the reply to
+  // request `seq` until `deadline`, returning its message length (the message is at
+  // reply_of(seq) until request seq + kSlots is posted), or DEADLINE_EXCEEDED. `stop` is
+  // asked at every sleep's end (about every 20 ms): when it returns true the wait ends
+  // with UNAVAILABLE.
+  std::span<uint8_t> next_request() { return Slot(posted_ + 1, 0); }
+  uint32_t PostRequest(uint64_t bytes);
   template <typename Stop>
-  absl::StatusOr<uint64_t> AwaitReply(absl::Time deadline, Stop stop);
+  absl::StatusOr<uint64_t> AwaitReply(uint32_t seq, absl::Time deadline, Stop stop);
+  std::span<uint8_t> reply_of(uint32_t seq) { return Slot(seq, 1); }
 
-  // Executor side. AwaitRequest waits for the next request (asking `stop` about once a
-  // second, to notice a daemon gone) and returns its message length; PostReply publishes a
-  // reply of `bytes` message bytes written at reply().
+  // Executor side. AwaitRequest waits for the next request in order (asking `stop` about
+  // once a second, to notice a daemon gone) and returns its message length, at request();
+  // PostReply publishes its reply of `bytes` message bytes written at reply().
   template <typename Stop>
   absl::StatusOr<uint64_t> AwaitRequest(Stop stop);
+  std::span<uint8_t> request() { return Slot(taken_, 0); }
+  std::span<uint8_t> reply() { return Slot(taken_, 1); }
   void PostReply(uint64_t bytes);
 
-  std::span<uint8_t> request() { return {base_ + kHeaderBytes, kMessageBytes}; }
-  std::span<uint8_t> reply() { return {base_ + kHeaderBytes + kMessageBytes, kMessageBytes}; }
-  std::span<uint8_t> data() { return {base_ + kHeaderBytes + 2 * kMessageBytes, kDataBytes}; }
+  std::span<uint8_t> data() { return {base_ + kHeaderBytes + 2 * kSlots * kMessageBytes, kDataBytes}; }
 
  private:
   static constexpr uint64_t kHeaderBytes = 4096;
-  static constexpr uint64_t kTotalBytes = kHeaderBytes + 2 * kMessageBytes + kDataBytes;
+  static constexpr uint64_t kTotalBytes = kHeaderBytes + 2 * kSlots * kMessageBytes + kDataBytes;
   struct Header {
-    alignas(64) std::atomic<uint32_t> request_seq;
-    alignas(64) std::atomic<uint32_t> reply_seq;
-    std::atomic<uint64_t> request_bytes;
-    std::atomic<uint64_t> reply_bytes;
+    alignas(64) std::atomic<uint32_t> request_seq;  // the last request posted
+    alignas(64) std::atomic<uint32_t> reply_seq;    // the last request answered
+    std::atomic<uint64_t> request_bytes[kSlots];
+    std::atomic<uint64_t> reply_bytes[kSlots];
   };
   Channel(int fd, uint8_t* base);
   Header& header() { return *reinterpret_cast<Header*>(base_); }
+  // The message area of request `seq` (side 0) or of its reply (side 1).
+  std::span<uint8_t> Slot(uint32_t seq, int side) {
+    return {base_ + kHeaderBytes + (2 * (seq % kSlots) + side) * kMessageBytes, kMessageBytes};
+  }
   // Waits until `word` differs from `seen`, spinning first; false once `timeout` passed.
   static bool WaitChange(std::atomic<uint32_t>& word, uint32_t seen, absl::Duration timeout, int spins);
   static void Wake(std::atomic<uint32_t>& word);
@@ -76,31 +88,33 @@ class Channel {
   int fd_ = -1;
   uint8_t* base_ = nullptr;
   int spins_ = 0;  // before each sleep; none where this process has one core
-  // Executor side: the request seq last taken. A channel is fresh when attached, so the
-  // first request may already be posted by then.
-  uint32_t last_request_ = 0;
+  // Daemon side: the last request posted. Executor side: the last request taken. A
+  // channel is fresh when attached, so the first request may already be posted by then.
+  uint32_t posted_ = 0;
+  uint32_t taken_ = 0;
 };
 
 template <typename Stop>
-absl::StatusOr<uint64_t> Channel::AwaitReply(absl::Time deadline, Stop stop) {
-  const uint32_t want = header().request_seq.load(std::memory_order_relaxed);
-  while (header().reply_seq.load(std::memory_order_acquire) != want) {
+absl::StatusOr<uint64_t> Channel::AwaitReply(uint32_t seq, absl::Time deadline, Stop stop) {
+  for (;;) {
+    const uint32_t answered = header().reply_seq.load(std::memory_order_acquire);
+    if (static_cast<int32_t>(answered - seq) >= 0) break;
     const absl::Duration left = deadline - absl::Now();
     if (left <= absl::ZeroDuration()) return absl::DeadlineExceededError("no reply before the deadline");
-    if (WaitChange(header().reply_seq, want - 1, std::min(left, absl::Milliseconds(20)), spins_)) continue;
+    if (WaitChange(header().reply_seq, answered, std::min(left, absl::Milliseconds(20)), spins_)) continue;
     if (stop()) return absl::UnavailableError("the executor is gone");
   }
-  return MessageLength(header().reply_bytes.load(std::memory_order_relaxed));
+  return MessageLength(header().reply_bytes[seq % kSlots].load(std::memory_order_relaxed));
 }
 
 template <typename Stop>
 absl::StatusOr<uint64_t> Channel::AwaitRequest(Stop stop) {
-  while (header().request_seq.load(std::memory_order_acquire) == last_request_) {
-    if (WaitChange(header().request_seq, last_request_, absl::Seconds(1), spins_)) continue;
+  while (header().request_seq.load(std::memory_order_acquire) == taken_) {
+    if (WaitChange(header().request_seq, taken_, absl::Seconds(1), spins_)) continue;
     if (stop()) return absl::UnavailableError("the daemon is gone");
   }
-  last_request_ = header().request_seq.load(std::memory_order_acquire);
-  return MessageLength(header().request_bytes.load(std::memory_order_relaxed));
+  ++taken_;
+  return MessageLength(header().request_bytes[taken_ % kSlots].load(std::memory_order_relaxed));
 }
 
 // Passes descriptor `fd` over the unix socket `socket` (SCM_RIGHTS); the receiver gets a

@@ -459,72 +459,92 @@ absl::StatusOr<std::shared_ptr<Executor::Link>> Executor::OpenContext() {
   return link;
 }
 
-absl::StatusOr<Reply> Executor::Call(Link& link, const Request& request, absl::string_view what,
+absl::StatusOr<Reply> Executor::Call(Link& link, Request& request, absl::string_view what,
                                      std::span<const uint8_t> in, std::span<uint8_t> out) {
   absl::MutexLock lock(&link.mu);
-  if (absl::Status s = Send(link, request, what, in, out.size()); !s.ok()) return s;
-  if (absl::Status s = Await(link); !s.ok()) return s;
+  if (absl::Status s = Send(link, request, what, in, /*after_all=*/false); !s.ok()) return s;
+  // The replies of the commands posted before this one, then its own.
+  absl::Status earlier = Collect(link, 1);
+  if (!health().ok()) return health();
+  absl::Status own = Await(link);
+  if (!earlier.ok())
+    return absl::Status(earlier.code(), absl::StrCat("an earlier command without wait failed: ", earlier.message()));
+  if (!own.ok()) return own;
   if (!out.empty()) std::memcpy(out.data(), link.channel.data().data(), out.size());
   return link.reply;
 }
 
-absl::Status Executor::Release(Link& link, const Request& request, absl::string_view what) {
+absl::Status Executor::Release(Link& link, Request& request, absl::string_view what) {
   absl::MutexLock lock(&link.mu);
-  if (absl::Status s = Send(link, request, what, {}, 0, /*after_any=*/true); !s.ok()) return s;
+  if (absl::Status s = Send(link, request, what, {}, /*after_all=*/true); !s.ok()) return s;
   return Await(link);
 }
 
-absl::Status Executor::Post(Link& link, const Request& request, absl::string_view what) {
+absl::Status Executor::Post(Link& link, Request& request, absl::string_view what) {
   absl::MutexLock lock(&link.mu);
-  if (absl::Status s = Send(link, request, what, {}, 0); !s.ok()) return s;
-  link.outstanding = true;
-  return absl::OkStatus();
+  return Send(link, request, what, {}, /*after_all=*/false);
 }
 
-absl::Status Executor::Send(Link& link, const Request& request, absl::string_view what,
-                            std::span<const uint8_t> in, size_t out_bytes, bool after_any) {
-  if (link.outstanding) {
-    link.outstanding = false;
-    if (absl::Status s = Await(link); !s.ok()) {
-      if (!health().ok()) return s;  // the executor ended (the cause names the command)
-      if (!after_any)
-        return absl::Status(s.code(), absl::StrCat("an earlier command without wait failed: ", s.message()));
-    }
-  }
+absl::Status Executor::Send(Link& link, Request& request, absl::string_view what, std::span<const uint8_t> in,
+                            bool after_all) {
+  absl::Status earlier = Collect(link, after_all ? 0 : Channel::kSlots - 1);
   if (absl::Status s = health(); !s.ok()) return s;
+  if (!earlier.ok() && !after_all)
+    return absl::Status(earlier.code(), absl::StrCat("an earlier command without wait failed: ", earlier.message()));
   Channel& channel = link.channel;
+  request.set_epoch(link.failures.load(std::memory_order_relaxed));
   const size_t size = request.ByteSizeLong();
-  std::span<uint8_t> message = channel.request();
+  std::span<uint8_t> message = channel.next_request();
   if (size > message.size())
     return absl::ResourceExhaustedError(absl::StrCat("a command of ", size, " bytes exceeds the executor channel's ",
                                                      message.size()));
-  if (in.size() > channel.data().size() || out_bytes > channel.data().size())
-    return absl::InternalError("a transfer larger than the executor channel's data area");
+  if (in.size() > channel.data().size()) return absl::InternalError("a transfer larger than the executor channel's data area");
   request.SerializeToArray(message.data(), static_cast<int>(message.size()));
   if (!in.empty()) std::memcpy(channel.data().data(), in.data(), in.size());
-  link.what = std::string(what);
-  link.deadline = absl::Now() + absl::Nanoseconds(command_timeout_ns_.load(std::memory_order_relaxed));
-  {
+  const uint32_t seq = channel.PostRequest(size);
+  link.pending.push_back({seq, std::string(what), absl::Now()});
+  if (link.pending.size() == 1) {
     absl::MutexLock in_flight(&mu_);
-    in_flight_[&link] = link.what;
+    in_flight_[&link] = link.pending.front().what;
   }
-  channel.PostRequest(size);
   return absl::OkStatus();
+}
+
+absl::Status Executor::Collect(Link& link, size_t leave) {
+  absl::Status first = absl::OkStatus();
+  while (link.pending.size() > leave) {
+    absl::Status s = Await(link);
+    if (!health().ok()) return health();
+    if (!s.ok() && !link.reply.skipped() && first.ok()) first = s;
+  }
+  return first;
 }
 
 absl::Status Executor::Await(Link& link) {
   Channel& channel = link.channel;
+  const Link::Pending& p = link.pending.front();
+  // Its time runs from when it could start: posted, and the command before it answered.
+  const absl::Duration limit = absl::Nanoseconds(command_timeout_ns_.load(std::memory_order_relaxed));
+  const absl::Time deadline = std::max(p.posted, link.answered) + limit;
   absl::StatusOr<uint64_t> bytes =
-      channel.AwaitReply(link.deadline, [&] { return Reaped(link.what) || !health().ok(); });
+      channel.AwaitReply(p.seq, deadline, [&] { return Reaped(p.what) || !health().ok(); });
+  const uint32_t seq = p.seq;
+  const std::string what = p.what;
+  link.pending.pop_front();
+  link.answered = absl::Now();
   {
     absl::MutexLock in_flight(&mu_);
-    in_flight_.erase(&link);
+    if (link.pending.empty()) {
+      in_flight_.erase(&link);
+    } else {
+      in_flight_[&link] = link.pending.front().what;
+    }
   }
   if (!bytes.ok()) {
+    link.reply.Clear();
     if (bytes.status().code() == absl::StatusCode::kDeadlineExceeded) {
-      const absl::Duration limit = absl::Nanoseconds(command_timeout_ns_.load(std::memory_order_relaxed));
       End(ExecutorDeath::kTimeout,
-          absl::StrCat("was ended: ", link.what, " ran past the time limit of ", absl::FormatDuration(limit)));
+          absl::StrCat("was ended: ", what, " ran past the time limit of ", absl::FormatDuration(limit)));
       // This command ran out of time; the executor's later commands find it ended.
       return absl::DeadlineExceededError(health().message());
     } else if (health().ok()) {
@@ -532,12 +552,12 @@ absl::Status Executor::Await(Link& link) {
     }
     return health();
   }
-  if (!link.reply.ParseFromArray(channel.reply().data(), static_cast<int>(*bytes))) {
+  if (!link.reply.ParseFromArray(channel.reply_of(seq).data(), static_cast<int>(*bytes))) {
     End(ExecutorDeath::kFailure, "sent a reply that does not parse");
     return health();
   }
   absl::Status s = StatusOf(link.reply);
-  if (!s.ok()) link.failures.fetch_add(1, std::memory_order_relaxed);
+  if (!s.ok() && !link.reply.skipped()) link.failures.fetch_add(1, std::memory_order_relaxed);
   return s;
 }
 

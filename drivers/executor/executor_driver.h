@@ -24,6 +24,7 @@
 
 #include <array>
 #include <atomic>
+#include <deque>
 #include <filesystem>
 #include <functional>
 #include <map>
@@ -69,18 +70,25 @@ struct ExecutorCounts {
 // socket that passes each context's own channel to it.
 class Executor {
  public:
-  // A context's channel: its commands, one at a time.
+  // A context's channel: its commands in order, up to Channel::kSlots of them posted and
+  // not yet answered.
   struct Link {
+    // A command posted and not yet answered: what it does (for the cause of a death),
+    // and when it was posted.
+    struct Pending {
+      uint32_t seq;
+      std::string what;
+      absl::Time posted;
+    };
     absl::Mutex mu;
     Channel channel ABSL_GUARDED_BY(mu);
-    Reply reply ABSL_GUARDED_BY(mu);
-    // The command posted last: what it does, when it runs out of time, and whether its
-    // reply is still to be read (a Post's).
-    std::string what ABSL_GUARDED_BY(mu);
-    absl::Time deadline ABSL_GUARDED_BY(mu);
-    bool outstanding ABSL_GUARDED_BY(mu) = false;
-    // Commands the executor refused, counted, so that a device graph whose launch may
-    // have failed part-way sends every node at its next launch.
+    Reply reply ABSL_GUARDED_BY(mu);  // the last one read
+    std::deque<Pending> pending ABSL_GUARDED_BY(mu);
+    absl::Time answered ABSL_GUARDED_BY(mu);  // when the last reply was read
+    // Commands the executor refused, counted. Each command carries the count the daemon
+    // has seen (its epoch); the executor skips one sent before a refusal was seen, so
+    // nothing posted behind a failed command runs. A device graph whose launch may have
+    // failed part-way sends every node at its next launch.
     std::atomic<uint64_t> failures{0};
     explicit Link(Channel c) : channel(std::move(c)) {}
   };
@@ -106,17 +114,19 @@ class Executor {
   // `out` from the data area. `what` says what the command does, for the cause of a
   // death. DEADLINE_EXCEEDED when it ran past the time limit (the executor is ended);
   // FAILED_PRECONDITION once the executor has ended; the reply's own status otherwise.
-  absl::StatusOr<Reply> Call(Link& link, const Request& request, absl::string_view what,
+  // It is posted behind a command still running (a Post's), and is not run when that
+  // one fails: then it answers "an earlier command without wait failed: ...", as a GPU
+  // reports an asynchronous error at the next call.
+  // `request` is given its epoch.
+  absl::StatusOr<Reply> Call(Link& link, Request& request, absl::string_view what,
                              std::span<const uint8_t> in = {}, std::span<uint8_t> out = {});
-  // Sends `request` on `link` and returns without its reply, which the link's next
-  // command reads first: the executor runs it while the daemon goes on (a launch without
-  // wait). Its failure is that next command's answer ("an earlier command without wait
-  // failed: ...", that command not run), as a GPU reports an asynchronous error at the
-  // next call; a Release runs regardless.
-  absl::Status Post(Link& link, const Request& request, absl::string_view what);
+  // Sends `request` on `link` and returns without its reply: the executor runs it while
+  // the daemon goes on (a launch without wait). Its failure is a later command's answer.
+  absl::Status Post(Link& link, Request& request, absl::string_view what);
   // Call for a command that gives something back (a free, a context's close): it runs
-  // even after an outstanding command's refusal, which nobody is told then.
-  absl::Status Release(Link& link, const Request& request, absl::string_view what);
+  // after every earlier command has answered, even after a refusal, which nobody is told
+  // then.
+  absl::Status Release(Link& link, Request& request, absl::string_view what);
 
   // Device memory held by this executor's allocations, reserved in the device's account
   // and given back when they are freed or when the executor ends.
@@ -143,10 +153,16 @@ class Executor {
   // Reaps the process if it has ended, recording why (with `doing`, or else a command
   // in flight); true when it has.
   bool Reaped(absl::string_view doing);
-  // Reads the reply of an outstanding command first, then posts `request`.
-  absl::Status Send(Link& link, const Request& request, absl::string_view what, std::span<const uint8_t> in,
-                    size_t out_bytes, bool after_any = false) ABSL_EXCLUSIVE_LOCKS_REQUIRED(link.mu);
-  // Waits for the reply of the command posted last, into link.reply.
+  // Posts `request` (with `in` in the data area) once a slot is free, reading the
+  // replies of earlier commands to free one, or all of them where `after_all`. Fails
+  // without posting when one of the replies read is a refusal (unless `after_all`) or the
+  // executor has ended.
+  absl::Status Send(Link& link, Request& request, absl::string_view what, std::span<const uint8_t> in,
+                    bool after_all) ABSL_EXCLUSIVE_LOCKS_REQUIRED(link.mu);
+  // Reads replies in order until at most `leave` commands are unanswered: the first
+  // refusal among them, or the executor's end.
+  absl::Status Collect(Link& link, size_t leave) ABSL_EXCLUSIVE_LOCKS_REQUIRED(link.mu);
+  // Waits for the reply of the oldest unanswered command, into link.reply.
   absl::Status Await(Link& link) ABSL_EXCLUSIVE_LOCKS_REQUIRED(link.mu);
   // Ends the process (SIGKILL) and records `cause`.
   void End(ExecutorDeath death, const std::string& cause);

@@ -24,8 +24,10 @@
 
 namespace replayd::executor {
 
-// Serves `channel`'s requests with `handle` until `stop` (asked about once a second)
-// says the daemon is gone or `handle` asks to end; false when the channel fails.
+// Serves `channel`'s requests in order with `handle` until `stop` (asked about once a
+// second) says the daemon is gone or `handle` asks to end; false when the channel fails.
+// A request whose epoch is behind the refusals sent so far was posted behind one of them
+// and is skipped (ABORTED, `skipped`).
 template <typename Handle, typename Stop>
 bool Serve(Channel& channel, Handle handle, Stop stop);
 
@@ -79,6 +81,7 @@ class ExecutorServer {
 template <typename Handle, typename Stop>
 bool Serve(Channel& channel, Handle handle, Stop stop) {
   Request request;
+  uint64_t failures = 0;  // refusals sent on this channel
   for (;;) {
     absl::StatusOr<uint64_t> bytes = channel.AwaitRequest(stop);
     if (!bytes.ok()) return bytes.status().code() == absl::StatusCode::kUnavailable;
@@ -87,9 +90,14 @@ bool Serve(Channel& channel, Handle handle, Stop stop) {
     if (!request.ParseFromArray(channel.request().data(), static_cast<int>(*bytes))) {
       reply.set_code(static_cast<int>(absl::StatusCode::kInvalidArgument));
       reply.set_message("executor: a request that does not parse");
+    } else if (request.epoch() != failures) {
+      reply.set_code(static_cast<int>(absl::StatusCode::kAborted));
+      reply.set_message("executor: not run, an earlier command failed");
+      reply.set_skipped(true);
     } else {
       reply = handle(request, done);
     }
+    if (reply.code() != 0 && !reply.skipped()) ++failures;
     std::span<uint8_t> out = channel.reply();
     const size_t size = reply.ByteSizeLong();
     if (size > out.size() || !reply.SerializeToArray(out.data(), static_cast<int>(out.size()))) return false;

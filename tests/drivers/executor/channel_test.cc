@@ -10,6 +10,7 @@
 
 #include <cstring>
 #include <thread>
+#include <vector>
 
 #include "tests/support/status_macros.h"
 
@@ -21,6 +22,17 @@ absl::StatusOr<Channel> OtherEnd(const Channel& daemon) {
   const int fd = dup(daemon.fd());
   if (fd < 0) return absl::InternalError("dup");
   return Channel::Attach(fd);
+}
+
+// The daemon's side: posts `message` as the next request, and reads the text of a reply.
+uint32_t PostText(Channel& daemon, const std::string& message) {
+  std::memcpy(daemon.next_request().data(), message.data(), message.size());
+  return daemon.PostRequest(message.size());
+}
+absl::StatusOr<std::string> ReplyText(Channel& daemon, uint32_t seq) {
+  absl::StatusOr<uint64_t> n = daemon.AwaitReply(seq, absl::Now() + absl::Seconds(10), [] { return false; });
+  if (!n.ok()) return n.status();
+  return std::string(reinterpret_cast<const char*>(daemon.reply_of(seq).data()), *n);
 }
 
 TEST(ChannelTest, ARequestAndItsReplyCarryTheirBytes) {
@@ -39,12 +51,39 @@ TEST(ChannelTest, ARequestAndItsReplyCarryTheirBytes) {
   });
   for (int i = 0; i < 100; ++i) {
     const std::string message = "request " + std::to_string(i);
-    std::memcpy(daemon.request().data(), message.data(), message.size());
-    daemon.PostRequest(message.size());
-    absl::StatusOr<uint64_t> n = daemon.AwaitReply(absl::Now() + absl::Seconds(10), [] { return false; });
-    ASSERT_TRUE(n.ok()) << n.status();
-    EXPECT_EQ(std::string(reinterpret_cast<const char*>(daemon.reply().data()), *n), message + message);
+    ASSERT_OK_AND_ASSIGN(std::string reply, ReplyText(daemon, PostText(daemon, message)));
+    EXPECT_EQ(reply, message + message);
     EXPECT_EQ(daemon.data()[0], static_cast<uint8_t>(i));
+  }
+  serving.join();
+}
+
+// A second request posted while the first still runs is taken in order, without a
+// wake-up of its own; each reply is in its own slot.
+TEST(ChannelTest, RequestsInFlightAreTakenAndAnsweredInOrder) {
+  ASSERT_OK_AND_ASSIGN(Channel daemon, Channel::Create());
+  ASSERT_OK_AND_ASSIGN(Channel executor, OtherEnd(daemon));
+  std::thread serving([&] {
+    for (int i = 0; i < 200; ++i) {
+      absl::StatusOr<uint64_t> n = executor.AwaitRequest([] { return false; });
+      ASSERT_TRUE(n.ok()) << n.status();
+      std::memcpy(executor.reply().data(), executor.request().data(), *n);
+      executor.PostReply(*n);
+    }
+  });
+  std::vector<uint32_t> seqs;
+  for (int i = 0; i < 200; ++i) {
+    if (seqs.size() == Channel::kSlots) {
+      // The oldest is read before its slot is posted again.
+      ASSERT_OK_AND_ASSIGN(std::string reply, ReplyText(daemon, seqs.front()));
+      EXPECT_EQ(reply, "request " + std::to_string(i - Channel::kSlots));
+      seqs.erase(seqs.begin());
+    }
+    seqs.push_back(PostText(daemon, "request " + std::to_string(i)));
+  }
+  for (size_t k = 0; k < seqs.size(); ++k) {
+    ASSERT_OK_AND_ASSIGN(std::string reply, ReplyText(daemon, seqs[k]));
+    EXPECT_EQ(reply, "request " + std::to_string(200 - seqs.size() + k));
   }
   serving.join();
 }
@@ -52,21 +91,21 @@ TEST(ChannelTest, ARequestAndItsReplyCarryTheirBytes) {
 TEST(ChannelTest, ALengthPastTheMessageAreaIsRefused) {
   ASSERT_OK_AND_ASSIGN(Channel daemon, Channel::Create());
   ASSERT_OK_AND_ASSIGN(Channel executor, OtherEnd(daemon));
-  daemon.PostRequest(Channel::kMessageBytes + 1);
+  const uint32_t seq = daemon.PostRequest(Channel::kMessageBytes + 1);
   absl::StatusOr<uint64_t> n = executor.AwaitRequest([] { return false; });
   EXPECT_EQ(n.status().code(), absl::StatusCode::kDataLoss) << n.status();
   executor.PostReply(uint64_t{1} << 40);
-  n = daemon.AwaitReply(absl::Now() + absl::Seconds(10), [] { return false; });
+  n = daemon.AwaitReply(seq, absl::Now() + absl::Seconds(10), [] { return false; });
   EXPECT_EQ(n.status().code(), absl::StatusCode::kDataLoss) << n.status();
 }
 
 TEST(ChannelTest, AWaitEndsAtItsDeadlineOrWhenTheOtherSideIsGone) {
   ASSERT_OK_AND_ASSIGN(Channel daemon, Channel::Create());
-  daemon.PostRequest(0);
-  absl::StatusOr<uint64_t> n = daemon.AwaitReply(absl::Now() + absl::Milliseconds(50), [] { return false; });
+  const uint32_t seq = daemon.PostRequest(0);
+  absl::StatusOr<uint64_t> n = daemon.AwaitReply(seq, absl::Now() + absl::Milliseconds(50), [] { return false; });
   EXPECT_EQ(n.status().code(), absl::StatusCode::kDeadlineExceeded) << n.status();
   int asked = 0;
-  n = daemon.AwaitReply(absl::Now() + absl::Seconds(30), [&] { return ++asked == 2; });
+  n = daemon.AwaitReply(seq, absl::Now() + absl::Seconds(30), [&] { return ++asked == 2; });
   EXPECT_EQ(n.status().code(), absl::StatusCode::kUnavailable) << n.status();
   EXPECT_EQ(asked, 2);
 }
