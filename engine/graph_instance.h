@@ -49,6 +49,11 @@ class GraphInstance {
   // The slot of each buffer parameter, in parameter order.
   const std::vector<uint32_t>& buffer_params() const { return buffer_params_; }
   uint64_t replays() const { return replays_.load(); }
+  // True when the instance runs on `context`, so that what `context` does next is ordered
+  // after a replay without wait. The tenant's sessions share instances through the graph
+  // cache, and one runs on the context of the session that created it: another session
+  // orders its own work after a replay only by waiting for it.
+  bool RunsOn(const Context& context) const { return context_.get() == &context; }
   // The bytes a copy's view of a parameter reaches at most (offset + length): the size of
   // the memory its node is built on before a replay names the buffer. 0 without such copies.
   uint64_t PlaceholderBytes() const;

@@ -483,8 +483,13 @@ absl::Status DeviceSession::ReplayGraph(const ReplayOp& op, ReplayOutcome& resul
   if (absl::Status s = ResolveReads(op.reads, buffers_, reads); !s.ok()) return s;
   absl::StatusOr<Scheduler::Turn> turn = env_.scheduler->Acquire(env_.queue);
   if (!turn.ok()) return turn.status();
-  // Reads are ordered after the replay on the context: they need no wait of their own.
-  absl::StatusOr<std::optional<absl::Duration>> time = (*g)->Replay(addresses, values, op.wait);
+  // Reads, and the session's later work, are ordered after the replay on the session's
+  // context. An instance another session created runs on that one's context: this
+  // session's earlier work is finished first and the replay waited for.
+  const bool foreign = !(*g)->RunsOn(*context_);
+  if (foreign)
+    if (absl::Status s = context_->Synchronize(); !s.ok()) return s;
+  absl::StatusOr<std::optional<absl::Duration>> time = (*g)->Replay(addresses, values, op.wait || foreign);
   if (!time.ok()) return time.status();
   result.device_time = op.wait ? *time : std::nullopt;
   return TakeReads(*context_, reads, result.reads);
@@ -510,6 +515,9 @@ absl::StatusOr<SequenceOutcome> DeviceSession::ReplaySequence(const ReplaySequen
   // to its end. Between replays the turn is renewed, so the sequence waits in its queue
   // with no gap; it is given back before reads go to the client.
   std::optional<Scheduler::Turn> turn;
+  const bool foreign = !g.RunsOn(*context_);  // see ReplayGraph
+  if (foreign)
+    if (absl::Status s = context_->Synchronize(); !s.ok()) return s;
   for (uint64_t i = 0; i < count; ++i) {
     if (i > 0 && op.stopped && op.stopped())
       return absl::CancelledError(absl::StrCat("the sequence stopped after ", i, " of ", count,
@@ -523,7 +531,7 @@ absl::StatusOr<SequenceOutcome> DeviceSession::ReplaySequence(const ReplaySequen
       turn.emplace(std::move(*acquired));
     }
     absl::StatusOr<std::optional<absl::Duration>> time =
-        g.Replay(vectors->addresses(i), vectors->ValuesOf(i), /*wait=*/false);
+        g.Replay(vectors->addresses(i), vectors->ValuesOf(i), /*wait=*/foreign);
     if (!time.ok()) return time.status();
     ++result.replays;
     if (!report) continue;

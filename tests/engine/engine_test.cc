@@ -136,6 +136,7 @@ class EngineTest : public ::testing::Test {
     std::thread running([session, program, &result] {
       LaunchOp op;
       op.program = program;
+      op.wait = true;  // runs now, not when the stream is next needed
       result = session->Launch(op).status();
     });
     if (wait.ok()) started_.WaitForNotification();

@@ -80,24 +80,36 @@ class SessionTest : public ::testing::Test {
     for (int i = 0; i < kN; ++i) input_.push_back(i * 3 - 7);
   }
 
-  absl::StatusOr<Handle> Load(const std::string& name, Signature sig) {
-    absl::StatusOr<ProgramInfo> p = session_->LoadProgram({"fake", name, name, std::move(sig), {}});
+  // Another session of the tenant, with a context of its own, sharing the graph cache.
+  std::unique_ptr<DeviceSession> OpenAnother(Handle id) {
+    EXPECT_TRUE(account_.Reserve(Resource::kSessions, 1).ok());
+    SessionEnv env{&device_, compile_cache_.get(), &graph_cache_, BatchOptions{1}, &account_, &scheduler_, queue_};
+    return std::make_unique<DeviceSession>(
+        id, "t", env, std::make_shared<AccountedContext>(std::make_unique<testing::FakeContext>(&device_), &account_),
+        absl::Seconds(60));
+  }
+
+  absl::StatusOr<Handle> Load(const std::string& name, Signature sig) { return Load(*session_, name, std::move(sig)); }
+  static absl::StatusOr<Handle> Load(DeviceSession& session, const std::string& name, Signature sig) {
+    absl::StatusOr<ProgramInfo> p = session.LoadProgram({"fake", name, name, std::move(sig), {}});
     if (!p.ok()) return p.status();
     return p->handle;
   }
 
   // A buffer of kN ints holding `values`, or zeroed.
-  absl::StatusOr<Handle> Buffer(const std::vector<int32_t>& values = {}) {
-    absl::StatusOr<Handle> b = session_->AllocBuffer(kBytes);
+  absl::StatusOr<Handle> Buffer(const std::vector<int32_t>& values = {}) { return Buffer(*session_, values); }
+  static absl::StatusOr<Handle> Buffer(DeviceSession& session, const std::vector<int32_t>& values = {}) {
+    absl::StatusOr<Handle> b = session.AllocBuffer(kBytes);
     if (!b.ok() || values.empty()) return b;
-    absl::Status s = session_->WriteBuffer(
+    absl::Status s = session.WriteBuffer(
         *b, 0, std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(values.data()), values.size() * 4));
     if (!s.ok()) return s;
     return b;
   }
-  absl::StatusOr<std::vector<int32_t>> Read(Handle buffer) {
+  absl::StatusOr<std::vector<int32_t>> Read(Handle buffer) { return Read(*session_, buffer); }
+  static absl::StatusOr<std::vector<int32_t>> Read(DeviceSession& session, Handle buffer) {
     std::vector<int32_t> v(kN);
-    absl::Status s = session_->ReadBuffer(buffer, 0, std::span<uint8_t>(reinterpret_cast<uint8_t*>(v.data()), kBytes));
+    absl::Status s = session.ReadBuffer(buffer, 0, std::span<uint8_t>(reinterpret_cast<uint8_t*>(v.data()), kBytes));
     if (!s.ok()) return s;
     return v;
   }
@@ -121,13 +133,14 @@ class SessionTest : public ::testing::Test {
 
   // Records out = (in + k) + 1 in a capture left open: the middle buffer, allocated and
   // freed inside, becomes an internal. The graph's parameters: in, out, k.
-  absl::Status RecordChain(Handle program, Handle in, Handle out) {
-    if (absl::Status s = session_->BeginCapture({in}, {kK}); !s.ok()) return s;
-    absl::StatusOr<Handle> mid = Buffer();
+  absl::Status RecordChain(Handle program, Handle in, Handle out) { return RecordChain(*session_, program, in, out); }
+  static absl::Status RecordChain(DeviceSession& session, Handle program, Handle in, Handle out) {
+    if (absl::Status s = session.BeginCapture({in}, {kK}); !s.ok()) return s;
+    absl::StatusOr<Handle> mid = Buffer(session);
     if (!mid.ok()) return mid.status();
-    if (absl::Status s = session_->Launch(AddVar(program, *mid, in, 5)).status(); !s.ok()) return s;
-    if (absl::Status s = session_->Launch(AddConst(program, out, *mid, 1)).status(); !s.ok()) return s;
-    return session_->FreeBuffer(*mid);
+    if (absl::Status s = session.Launch(AddVar(program, *mid, in, 5)).status(); !s.ok()) return s;
+    if (absl::Status s = session.Launch(AddConst(program, out, *mid, 1)).status(); !s.ok()) return s;
+    return session.FreeBuffer(*mid);
   }
 
   // A replay of `graph` with `params`, not waited for, reading nothing.
@@ -493,6 +506,66 @@ TEST_F(SessionTest, ASteppingSequenceRunsEveryReplay) {
   EXPECT_EQ(seen[0].second, Plus(input_, 10 + 3 * 4 + 1));
 }
 
+// The tenant's sessions share graph instances, and an instance runs on the context of the
+// session that created it. The fake device queues work without wait on its context's
+// stream, as a GPU does, so a read through the replaying session's own context that is
+// not ordered after the replay reads stale bytes.
+TEST_F(SessionTest, AReplayOfAnInstanceAnotherSessionCreatedIsDoneBeforeTheReplayersReads) {
+  ASSERT_OK_AND_ASSIGN(Handle add, Load("add", AddSignature()));
+  ASSERT_OK_AND_ASSIGN(Handle in, Buffer(input_));
+  ASSERT_OK_AND_ASSIGN(Handle out, Buffer());
+  ASSERT_TRUE(RecordChain(add, in, out).ok());
+  ASSERT_OK_AND_ASSIGN(GraphInfo created, session_->EndCapture({out}));
+
+  std::unique_ptr<DeviceSession> other = OpenAnother(2);
+  ASSERT_OK_AND_ASSIGN(Handle other_add, Load(*other, "add", AddSignature()));
+  ASSERT_OK_AND_ASSIGN(Handle other_in, Buffer(*other, input_));
+  ASSERT_OK_AND_ASSIGN(Handle other_out, Buffer(*other));
+  ASSERT_TRUE(RecordChain(*other, other_add, other_in, other_out).ok());
+  ASSERT_OK_AND_ASSIGN(GraphInfo shared, other->EndCapture({other_out}));
+  ASSERT_TRUE(shared.cache_hit);
+  EXPECT_EQ(shared.key, created.key);
+
+  for (int64_t k : {3, 8, 20}) {
+    // Reads taken with the replay.
+    ReplayOp op = Replay(shared.handle, other_in, other_out, k);
+    op.wait = false;
+    ASSERT_OK_AND_ASSIGN(ReplayOutcome r, other->ReplayGraph(op));
+    ASSERT_EQ(r.reads.size(), 1u);
+    EXPECT_EQ(Decode(r.reads[0]), Plus(input_, k + 1)) << "k = " << k;
+    // A replay reading nothing, then a read of its own.
+    ASSERT_OK(other->ReplayGraph(Op(shared.handle, {BufferParam{other_in}, BufferParam{other_out}, k + 10})).status());
+    ASSERT_OK_AND_ASSIGN(std::vector<int32_t> got, Read(*other, other_out));
+    EXPECT_EQ(got, Plus(input_, k + 11)) << "k = " << k;
+  }
+  // A sequence reading every replay, and one reading only after its last.
+  for (bool stream_reads : {true, false}) {
+    ReplaySequenceOp op;
+    op.graph = shared.handle;
+    op.base = {BufferParam{other_in}, BufferParam{other_out}, int64_t{30}};
+    op.step_param = 2;
+    op.step = 2;
+    op.count = 4;
+    op.reads = {ViewArg{other_out, 0, 0}};
+    op.stream_reads = stream_reads;
+    std::vector<std::vector<int32_t>> seen;
+    ASSERT_OK(other
+                  ->ReplaySequence(op,
+                                   [&](uint64_t, const ReplayOutcome& r) {
+                                     seen.push_back(Decode(r.reads.at(0)));
+                                     return absl::OkStatus();
+                                   })
+                  .status());
+    ASSERT_EQ(seen.size(), stream_reads ? 4u : 1u);
+    EXPECT_EQ(seen.back(), Plus(input_, 30 + 2 * 3 + 1)) << "stream_reads " << stream_reads;
+    if (stream_reads) {
+      EXPECT_EQ(seen.front(), Plus(input_, 31));
+    }
+  }
+  // The creator's own replays are still right.
+  ExpectChain(created.handle, in, out, 4);
+}
+
 TEST_F(SessionTest, ASequenceStopsAtItsCallbacksError) {
   ASSERT_OK_AND_ASSIGN(Handle add, Load("add", AddSignature()));
   ASSERT_OK_AND_ASSIGN(Handle in, Buffer(input_));
@@ -594,6 +667,7 @@ TEST_F(SessionTest, TryCloseLeavesARunningOperationBe) {
     LaunchOp op;
     op.program = wait;
     op.args = {ViewArg{b, 0, 0}};
+    op.wait = true;  // runs now, not when the stream is next needed
     launched = session_->Launch(op);
   });
   started_.WaitForNotification();

@@ -5,6 +5,13 @@
 // live allocations of its context (CUDA refuses a memcpy node on an address it does not
 // know), and every allocation is freed exactly once.
 //
+// Each context is a stream, as on a GPU: a launch, graph launch or copy without wait is
+// queued and runs only when the context is next asked for something that must see it (a
+// read, a write, a launch or copy with wait, a synchronize, a free, the context's end).
+// Work queued on one context is never run by another's, so an engine that reads through
+// one context what it launched without wait on another reads stale bytes here, as it
+// would on a GPU.
+//
 // Thread safety: a FakeDevice and its contexts may be used from several threads; the
 // counters are read after the work is done.
 #ifndef REPLAYD_TESTS_SUPPORT_FAKE_DRIVER_H_
@@ -193,10 +200,42 @@ inline absl::Status CheckFakeCopy(const FakeDevice& device, std::span<const ArgV
   return absl::OkStatus();
 }
 
+// A context's stream: work queued without wait, run in order when the context next needs
+// it done.
+class FakeStream {
+ public:
+  void Enqueue(std::function<void()> work) {
+    absl::MutexLock lock(&mu_);
+    queued_.push_back(std::move(work));
+  }
+  // Runs everything queued, in order.
+  void Drain() {
+    absl::MutexLock lock(&mu_);
+    for (size_t i = 0; i < queued_.size(); ++i) queued_[i]();
+    queued_.clear();
+  }
+
+ private:
+  absl::Mutex mu_;
+  std::vector<std::function<void()>> queued_ ABSL_GUARDED_BY(mu_);
+};
+
+// Runs `nodes` (kernels and copies) in order.
+inline void RunFakeNodes(const std::vector<GraphNode>& nodes) {
+  for (const GraphNode& n : nodes) {
+    if (n.is_copy()) {
+      std::memcpy(reinterpret_cast<void*>(n.args[0].address), reinterpret_cast<const void*>(n.args[1].address),
+                  n.copy_bytes);
+    } else {
+      static_cast<const FakeKernel*>(n.kernel)->Run(n.args, n.global);
+    }
+  }
+}
+
 class FakeDeviceGraph : public DeviceGraph {
  public:
-  FakeDeviceGraph(FakeDevice* device, std::span<const GraphNode> nodes)
-      : device_(device), nodes_(nodes.begin(), nodes.end()) {}
+  FakeDeviceGraph(FakeDevice* device, FakeStream* stream, std::span<const GraphNode> nodes)
+      : device_(device), stream_(stream), nodes_(nodes.begin(), nodes.end()) {}
 
   absl::Status Update(size_t node, std::span<const ArgValue> args, const Dim3& global, const Dim3& local) override {
     if (device_->Locked([](FakeCounts&, FakeFaults& f) { return FakeFaults::Due(f.update); }))
@@ -216,15 +255,10 @@ class FakeDeviceGraph : public DeviceGraph {
           return FakeFaults::Due(f.graph_launch);
         }))
       return device_->faults().status;
-    for (const GraphNode& n : nodes_) {
-      if (n.is_copy()) {
-        std::memcpy(reinterpret_cast<void*>(n.args[0].address), reinterpret_cast<const void*>(n.args[1].address),
-                    n.copy_bytes);
-      } else {
-        static_cast<const FakeKernel*>(n.kernel)->Run(n.args, n.global);
-      }
-    }
+    // The nodes as they are now: a later update does not change a launch already queued.
+    stream_->Enqueue([nodes = nodes_] { RunFakeNodes(nodes); });
     if (!wait) return std::optional<absl::Duration>();
+    stream_->Drain();
     return std::optional<absl::Duration>(absl::Microseconds(1));
   }
 
@@ -232,29 +266,39 @@ class FakeDeviceGraph : public DeviceGraph {
 
  private:
   FakeDevice* const device_;
+  FakeStream* const stream_;  // its context's
   std::vector<GraphNode> nodes_;
 };
 
 class FakeContext : public Context {
  public:
   explicit FakeContext(FakeDevice* device) : device_(device) {}
+  ~FakeContext() override { stream_.Drain(); }
 
   absl::StatusOr<Allocation> Allocate(uint64_t bytes) override { return device_->Allocate(bytes); }
-  void Free(const Allocation& allocation) override { device_->Free(allocation); }
+  void Free(const Allocation& allocation) override {
+    stream_.Drain();
+    device_->Free(allocation);
+  }
   absl::Status Write(const Allocation& dst, uint64_t offset, std::span<const uint8_t> bytes) override {
+    stream_.Drain();
     std::memcpy(reinterpret_cast<uint8_t*>(dst.address) + offset, bytes.data(), bytes.size());
     return absl::OkStatus();
   }
   absl::Status Read(const Allocation& src, uint64_t offset, std::span<uint8_t> bytes) override {
+    stream_.Drain();
     std::memcpy(bytes.data(), reinterpret_cast<const uint8_t*>(src.address) + offset, bytes.size());
     return absl::OkStatus();
   }
+  // A device-to-device copy is submitted in order like a launch without wait.
   absl::Status Copy(const Allocation& dst, uint64_t dst_offset, const Allocation& src, uint64_t src_offset,
                     uint64_t bytes) override {
     if (device_->Locked([](FakeCounts&, FakeFaults& f) { return FakeFaults::Due(f.copy); }))
       return device_->faults().status;
-    std::memmove(reinterpret_cast<uint8_t*>(dst.address) + dst_offset,
-                 reinterpret_cast<const uint8_t*>(src.address) + src_offset, bytes);
+    stream_.Enqueue([=] {
+      std::memmove(reinterpret_cast<uint8_t*>(dst.address) + dst_offset,
+                   reinterpret_cast<const uint8_t*>(src.address) + src_offset, bytes);
+    });
     return absl::OkStatus();
   }
   absl::StatusOr<std::unique_ptr<Kernel>> Load(const ProgramSource& source, const std::filesystem::path& artifact) override {
@@ -274,11 +318,17 @@ class FakeContext : public Context {
           return FakeFaults::Due(f.launch);
         }))
       return device_->faults().status;
-    static_cast<const FakeKernel&>(kernel).Run(args, global);
+    stream_.Enqueue([&kernel, args = std::vector<ArgValue>(args.begin(), args.end()), global] {
+      static_cast<const FakeKernel&>(kernel).Run(args, global);
+    });
     if (!wait) return std::optional<absl::Duration>();
+    stream_.Drain();
     return std::optional<absl::Duration>(absl::Microseconds(1));
   }
-  absl::Status Synchronize() override { return absl::OkStatus(); }
+  absl::Status Synchronize() override {
+    stream_.Drain();
+    return absl::OkStatus();
+  }
   absl::StatusOr<std::unique_ptr<DeviceGraph>> Instantiate(std::span<const GraphNode> nodes,
                                                            std::span<const std::pair<size_t, size_t>>) override {
     if (device_->Locked([](FakeCounts&, FakeFaults& f) { return FakeFaults::Due(f.instantiate); }))
@@ -287,7 +337,7 @@ class FakeContext : public Context {
       if (n.is_copy())
         if (absl::Status s = CheckFakeCopy(*device_, n.args, n.copy_bytes); !s.ok()) return s;
     device_->Locked([](FakeCounts& c, FakeFaults&) { return ++c.instantiations; });
-    return std::make_unique<FakeDeviceGraph>(device_, nodes);
+    return std::make_unique<FakeDeviceGraph>(device_, &stream_, nodes);
   }
   uint64_t address_space() const override { return 0; }
   absl::Status health() const override { return device_->lost(); }
@@ -297,8 +347,12 @@ class FakeContext : public Context {
     return std::make_unique<FakeKernel>(std::move(signature), std::move(body));
   }
 
+  // Runs what is queued (a test that looks at device memory directly).
+  void Drain() { stream_.Drain(); }
+
  private:
   FakeDevice* const device_;
+  FakeStream stream_;
 };
 
 inline absl::StatusOr<std::unique_ptr<Context>> FakeDevice::OpenContext(const ContextOptions&) {

@@ -228,6 +228,79 @@ TEST_F(ExecutorDriverTest, ContextsOfOneTenantRunSideBySide) {
   busy->Free(x);
 }
 
+// Many contexts of one executor, each from a thread of its own, post launches and graph
+// launches without wait with reads and writes behind them: every read sees exactly what its
+// own context's earlier commands wrote.
+TEST_F(ExecutorDriverTest, ManyContextsOfOneExecutorEachReadWhatTheirOwnCommandsWrote) {
+  constexpr int kContexts = 8;
+  constexpr int kWords = 64;
+  ProgramSource source{"cpu-c", "void step(unsigned *x, int v, int i) { x[i] = x[i] * 3u + (unsigned)v; }", "step",
+                       [] {
+                         Signature s = Sig({kInout, kInt});
+                         s.core_id = true;
+                         return s;
+                       }(),
+                       {}};
+  const std::filesystem::path artifact = dir_.path() / "step.so";
+  ASSERT_OK(device_->Compile(source, artifact));
+  std::vector<std::unique_ptr<Context>> contexts;
+  for (int i = 0; i < kContexts; ++i) {
+    ASSERT_OK_AND_ASSIGN(std::unique_ptr<Context> c, device_->OpenContext({"a"}));
+    contexts.push_back(std::move(c));
+  }
+  auto step = [](std::vector<uint32_t>& x, int v) {
+    for (uint32_t& w : x) w = w * 3u + static_cast<uint32_t>(v);
+  };
+  std::atomic<int> checked{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kContexts; ++t) {
+    threads.emplace_back([&, t] {
+      Context& c = *contexts[t];
+      absl::StatusOr<std::unique_ptr<Kernel>> k = c.Load(source, artifact);
+      ASSERT_TRUE(k.ok()) << k.status();
+      absl::StatusOr<Allocation> x = c.Allocate(kWords * 4);
+      ASSERT_TRUE(x.ok()) << x.status();
+      std::vector<uint32_t> want(kWords), got(kWords);
+      for (int i = 0; i < kWords; ++i) want[i] = static_cast<uint32_t>(t * 1000 + i);
+      ASSERT_OK(c.Write(*x, 0, {reinterpret_cast<const uint8_t*>(want.data()), kWords * 4}));
+      ArgValue args[2];
+      args[0].address = x->address;
+      args[1].integer = 0;
+      std::vector<GraphNode> nodes(1);
+      nodes[0] = {k->get(), {args[0], args[1]}, {kWords, 1, 1}, {1, 1, 1}, 0};
+      absl::StatusOr<std::unique_ptr<DeviceGraph>> g = c.Instantiate(nodes, {});
+      ASSERT_TRUE(g.ok()) << g.status();
+      auto read = [&] {
+        return c.Read(*x, 0, {reinterpret_cast<uint8_t*>(got.data()), kWords * 4});
+      };
+      for (int p = 1; p <= 200; ++p) {
+        args[1].integer = p + t;
+        ASSERT_OK((*g)->Update(0, args, {kWords, 1, 1}, {1, 1, 1}));
+        ASSERT_OK((*g)->Launch(/*wait=*/false).status());
+        step(want, p + t);
+        if (p % 3 == 0) {  // a plain launch without wait behind it
+          args[1].integer = -p;
+          ASSERT_OK(c.Launch(**k, args, {kWords, 1, 1}, {1, 1, 1}, false).status());
+          step(want, -p);
+        }
+        ASSERT_OK(read());
+        ASSERT_EQ(got, want) << "context " << t << ", replay " << p;
+        checked.fetch_add(1);
+        if (p % 50 == 0) {  // a write behind a launch without wait
+          ASSERT_OK((*g)->Launch(/*wait=*/false).status());
+          for (int i = 0; i < kWords; ++i) want[i] = static_cast<uint32_t>(p * 7 + i);
+          ASSERT_OK(c.Write(*x, 0, {reinterpret_cast<const uint8_t*>(want.data()), kWords * 4}));
+        }
+      }
+      g->reset();
+      k->reset();
+      c.Free(*x);
+    });
+  }
+  for (std::thread& th : threads) th.join();
+  EXPECT_EQ(checked.load(), kContexts * 200);
+}
+
 TEST_F(ExecutorDriverTest, AnExecutorEndsWithItsTenantsLastContext) {
   ASSERT_OK_AND_ASSIGN(std::unique_ptr<Context> first, device_->OpenContext({"a"}));
   ASSERT_OK_AND_ASSIGN(std::unique_ptr<Context> second, device_->OpenContext({"a"}));
