@@ -116,14 +116,15 @@ std::string Quota(uint64_t used, uint64_t quota) {
 int Tenants(Client& client) {
   absl::StatusOr<std::vector<v1::TenantStatus>> tenants = client.ListTenants();
   if (!tenants.ok()) return Fail(tenants.status());
-  std::cout << absl::StrFormat("%-16s %-11s %6s %-22s %-9s %-9s %-9s %-9s %12s %10s %8s\n", "TENANT",
-                               "CLASS", "WEIGHT", "MEMORY", "SESSIONS", "PROGRAMS", "GRAPHS",
+  std::cout << absl::StrFormat("%-16s %-11s %6s %-22s %-22s %-9s %-9s %-9s %-9s %12s %10s %8s\n", "TENANT",
+                               "CLASS", "WEIGHT", "MEMORY", "HOST", "SESSIONS", "PROGRAMS", "GRAPHS",
                                "QUEUED", "DEVICE_MS", "ITEMS", "REJECTED");
   for (const v1::TenantStatus& t : *tenants) {
     std::cout << absl::StrFormat(
-        "%-16s %-11s %6d %-22s %-9s %-9s %-9s %-9s %12.1f %10d %8d\n", t.name(),
+        "%-16s %-11s %6d %-22s %-22s %-9s %-9s %-9s %-9s %12.1f %10d %8d\n", t.name(),
         t.priority() == v1::PRIORITY_INTERACTIVE ? "interactive" : "batch", t.weight(),
         Quota(t.used().memory_bytes(), t.quotas().memory_bytes()),
+        Quota(t.used().host_bytes(), t.quotas().host_bytes()),
         Quota(t.used().sessions(), t.quotas().sessions()),
         Quota(t.used().programs(), t.quotas().programs()), Quota(t.used().graphs(), t.quotas().graphs()),
         Quota(t.used().queued(), t.quotas().queued()), t.device_time_us() / 1000.0, t.work_items(),
@@ -152,7 +153,7 @@ int Graphs(Client& client) {
   absl::StatusOr<std::vector<v1::TenantStatus>> tenants = client.ListTenants();
   if (!tenants.ok()) return Fail(tenants.status());
   std::cout << absl::StrFormat("%-16s %-8s %7s %14s %10s %10s %14s %10s\n", "TENANT", "DEVICE", "GRAPHS",
-                               "ARENA_BYTES", "HITS", "MISSES", "INSTANTIATIONS", "EVICTIONS");
+                               "BYTES", "HITS", "MISSES", "INSTANTIATIONS", "EVICTIONS");
   for (const v1::TenantStatus& t : *tenants)
     for (const v1::GraphCacheUsage& g : t.graph_caches())
       std::cout << absl::StrFormat("%-16s %-8s %7d %14d %10d %10d %14d %10d\n", t.name(), g.device(), g.graphs(),

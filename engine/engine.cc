@@ -101,6 +101,8 @@ absl::StatusOr<std::shared_ptr<DeviceSession>> Engine::OpenSession(absl::string_
 TenantLimits Engine::InForce(TenantLimits limits) const {
   uint64_t& queued = limits.quotas[static_cast<size_t>(Resource::kQueued)];
   if (queued == 0) queued = options_.queue_limit;
+  uint64_t& host = limits.quotas[static_cast<size_t>(Resource::kHostMemory)];
+  if (host == 0) host = options_.host_bytes;
   limits.weight = std::clamp<uint32_t>(limits.weight, 1, kMaxWeight);
   return limits;
 }

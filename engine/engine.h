@@ -37,6 +37,8 @@ struct EngineOptions {
   BatchOptions batch;
   SchedulerOptions scheduler;     // per device
   uint64_t queue_limit = 1024;    // a tenant's waiting work items when its quota sets none
+  // The daemon's memory a tenant's graph instances may hold when its quota sets none.
+  uint64_t host_bytes = uint64_t{1} << 30;
 };
 
 // The limits of one tenant, from the tenants file.

@@ -1,7 +1,8 @@
 // The graph cache of one tenant on one device: graph instances by structure, so that a
 // repeated capture or definition of the same graph returns the existing instance. The
 // structure's hash selects the bucket and a full comparison of the structure confirms
-// the hit. Bounded by count and by arena bytes, evicting the least recently used.
+// the hit. Bounded by count and by bytes (arenas and the host memory the instances hold),
+// evicting the least recently used.
 //
 // An evicted instance lives on while graph handles hold it. The instances a session
 // created leave the cache when it closes, so a closed session's memory is freed.
@@ -22,7 +23,8 @@ namespace replayd {
 
 struct GraphCacheOptions {
   size_t max_graphs = 256;
-  uint64_t max_bytes = uint64_t{1} << 30;  // arena bytes summed over cached instances
+  // Arena bytes and host bytes (GraphInstance::host_bytes) summed over cached instances.
+  uint64_t max_bytes = uint64_t{1} << 30;
 };
 
 struct GraphCacheStats {
@@ -31,7 +33,7 @@ struct GraphCacheStats {
   uint64_t instantiations = 0;
   uint64_t evictions = 0;
   uint64_t graphs = 0;  // cached now
-  uint64_t bytes = 0;   // arena bytes cached now
+  uint64_t bytes = 0;   // arena and host bytes cached now
 };
 
 class GraphCache {
@@ -45,6 +47,9 @@ class GraphCache {
   void Insert(std::shared_ptr<GraphInstance> instance, uint64_t owner);
   // Drops the instances `owner` created.
   void EvictOwner(uint64_t owner);
+  // Drops every instance no graph handle holds, to give its memory back to its tenant;
+  // returns how many.
+  size_t EvictUnheld();
   GraphCacheStats stats() const;
 
  private:

@@ -41,6 +41,45 @@ GraphInstance::GraphInstance(Graph graph, std::string structure, std::shared_ptr
 
 GraphInstance::~GraphInstance() {
   if (arena_) context_->Free(*arena_);
+  if (charged_) charged_->Release(Resource::kHostMemory, host_bytes_);
+}
+
+absl::Status GraphInstance::Charge(TenantAccount* account) {
+  if (charged_) return absl::OkStatus();
+  if (absl::Status s = account->Reserve(Resource::kHostMemory, host_bytes_); !s.ok()) return s;
+  charged_ = account;
+  return absl::OkStatus();
+}
+
+namespace {
+
+uint64_t HostBytes(const Expression& e) { return sizeof(Expression) + e.nodes().capacity() * sizeof(Expression::Node); }
+
+uint64_t HostBytes(const std::array<Expression, 3>& dims) {
+  uint64_t bytes = 0;
+  for (const Expression& e : dims) bytes += HostBytes(e) - sizeof(Expression);
+  return bytes;
+}
+
+}  // namespace
+
+uint64_t GraphInstance::MeasureHostBytes() const {
+  uint64_t bytes = sizeof(GraphInstance) + structure_.capacity() + key_.capacity();
+  bytes += graph_.variables.capacity() * sizeof(VariableDecl) + graph_.slots.capacity() * sizeof(Slot);
+  for (const GraphCall& call : graph_.calls) {
+    bytes += sizeof(GraphCall) + call.args.capacity() * sizeof(GraphArg) + HostBytes(call.global) + HostBytes(call.local);
+    for (const GraphArg& arg : call.args)
+      if (const Expression* e = std::get_if<Expression>(&arg)) bytes += HostBytes(*e) - sizeof(Expression);
+  }
+  // The nodes, here and once more in the driver (its device graph or replay list keeps
+  // each node's arguments).
+  for (const GraphNode& node : nodes_) bytes += 2 * (sizeof(GraphNode) + node.args.capacity() * sizeof(ArgValue));
+  for (const Patch& p : patches_)
+    bytes += sizeof(Patch) + p.buffer_args.capacity() * sizeof(p.buffer_args[0]) +
+             p.expression_args.capacity() * sizeof(size_t);
+  bytes += copy_checks_.capacity() * sizeof(CopyCheck) + buffer_params_.capacity() * sizeof(uint32_t);
+  bytes += (batch_of_call_.capacity() + index_in_batch_.capacity()) * sizeof(size_t) + batches_.capacity() * sizeof(Batch);
+  return bytes;
 }
 
 absl::StatusOr<std::shared_ptr<GraphInstance>> GraphInstance::Create(Graph graph, std::string structure,
@@ -94,7 +133,9 @@ absl::Status GraphInstance::Prepare(const BatchOptions& options) {
   }
   absl::MutexLock lock(&mu_);
   const std::vector<char> batchable = BuildNodes(index, placeholder ? placeholder->address : 0);
-  return Instantiate(index, batchable, options);
+  if (absl::Status s = Instantiate(index, batchable, options); !s.ok()) return s;
+  host_bytes_ = MeasureHostBytes();
+  return absl::OkStatus();
 }
 
 GraphInstance::SlotIndex GraphInstance::IndexSlots() {

@@ -21,6 +21,7 @@
 #include "drivers/driver.h"
 #include "engine/graph.h"
 #include "engine/memory_plan.h"
+#include "engine/tenant.h"
 
 namespace replayd {
 
@@ -49,6 +50,12 @@ class GraphInstance {
   // The slot of each buffer parameter, in parameter order.
   const std::vector<uint32_t>& buffer_params() const { return buffer_params_; }
   uint64_t replays() const { return replays_.load(); }
+  // The daemon's memory the instance holds (its graph, key, nodes and patches, and the
+  // driver's copies of its nodes), as counted against its tenant's host_bytes quota.
+  uint64_t host_bytes() const { return host_bytes_; }
+  // Reserves host_bytes() of `account`'s host memory, given back when the instance goes;
+  // RESOURCE_EXHAUSTED (and nothing reserved) past its quota. Once per instance.
+  absl::Status Charge(TenantAccount* account);
   // True when the instance runs on `context`, so that what `context` does next is ordered
   // after a replay without wait. The tenant's sessions share instances through the graph
   // cache, and one runs on the context of the session that created it: another session
@@ -125,6 +132,8 @@ class GraphInstance {
   absl::Status Instantiate(const SlotIndex& index, std::span<const char> batchable, const BatchOptions& options)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   Dim3 EvaluateDims(const std::array<Expression, 3>& dims, std::span<const int64_t> values) const;
+  // What host_bytes() says, measured on the prepared instance.
+  uint64_t MeasureHostBytes() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   // Declared first, so it is destroyed last: the graph's programs hold kernels and its
   // constants hold buffers of this context, which must not outlive it.
@@ -143,6 +152,8 @@ class GraphInstance {
   std::vector<size_t> batch_of_call_, index_in_batch_;
   std::vector<Batch> batches_;
   std::atomic<uint64_t> replays_{0};
+  uint64_t host_bytes_ = 0;             // measured at the end of Prepare
+  TenantAccount* charged_ = nullptr;    // whose host_bytes quota holds host_bytes_
 };
 
 }  // namespace replayd

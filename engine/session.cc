@@ -413,6 +413,12 @@ absl::StatusOr<GraphInfo> DeviceSession::AddGraph(Graph graph) {
         GraphInstance::Create(std::move(graph), std::move(structure), context_, env_.batch);
     if (!created.ok()) return created.status();
     instance = std::move(*created);
+    // Its host memory counts against the tenant's quota; instances that only the cache
+    // still holds give theirs back first when it would not fit.
+    absl::Status charged = instance->Charge(env_.account);
+    if (charged.code() == absl::StatusCode::kResourceExhausted && env_.graph_cache->EvictUnheld() > 0)
+      charged = instance->Charge(env_.account);
+    if (!charged.ok()) return charged;
     env_.graph_cache->Insert(instance, id_);
   }
   Handle h = graphs_.Insert(instance);

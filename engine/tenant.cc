@@ -10,6 +10,7 @@ const char* ResourceName(Resource r) {
     case Resource::kSessions: return "sessions";
     case Resource::kPrograms: return "programs";
     case Resource::kGraphs: return "graphs";
+    case Resource::kHostMemory: return "host_bytes";
     case Resource::kQueued: return "queued";
   }
   return "?";

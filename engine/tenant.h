@@ -26,12 +26,15 @@ enum class Resource {
   kPrograms,  // loaded programs (program handles)
   kGraphs,    // graph handles
   kQueued,    // work items waiting for a device
+  // Bytes of the daemon's own memory held for the tenant: its graph instances (cached or
+  // held by handles: the graph, its nodes, its key, the drivers' copies of its nodes).
+  kHostMemory,
 };
-inline constexpr size_t kResourceCount = 5;
+inline constexpr size_t kResourceCount = 6;
 const char* ResourceName(Resource r);  // "memory_bytes", "sessions", ...
 
-// A limit per resource; 0 is no limit, except for kQueued, where 0 takes the engine's
-// default queue limit (a queue never grows without bound).
+// A limit per resource; 0 is no limit, except for kQueued and kHostMemory, where 0 takes
+// the engine's default (a queue, or the daemon's memory, never grows without bound).
 using Quotas = std::array<uint64_t, kResourceCount>;
 
 // Priority classes: interactive work goes before batch work, with starvation prevention.

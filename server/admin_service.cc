@@ -13,6 +13,7 @@ void ToProto(const Quotas& q, v1::Quotas* out) {
   out->set_programs(q[static_cast<size_t>(Resource::kPrograms)]);
   out->set_graphs(q[static_cast<size_t>(Resource::kGraphs)]);
   out->set_queued(q[static_cast<size_t>(Resource::kQueued)]);
+  out->set_host_bytes(q[static_cast<size_t>(Resource::kHostMemory)]);
 }
 
 void ToProto(const std::string& device, const GraphCacheStats& stats, v1::GraphCacheUsage* out) {

@@ -115,7 +115,7 @@ absl::StatusOr<std::vector<Authenticator::Entry>> Authenticator::Parse(const std
     t.limits.max_launch =
         p.max_launch_seconds() > 0 ? absl::Seconds(p.max_launch_seconds()) : defaults.max_launch;
     const v1::Quotas& q = p.quotas();
-    t.limits.quotas = {q.memory_bytes(), q.sessions(), q.programs(), q.graphs(), q.queued()};
+    t.limits.quotas = {q.memory_bytes(), q.sessions(), q.programs(), q.graphs(), q.queued(), q.host_bytes()};
     t.limits.weight = std::max<uint32_t>(p.weight(), 1);
     t.limits.priority = p.priority() == v1::PRIORITY_INTERACTIVE ? Priority::kInteractive : Priority::kBatch;
     Entry e;

@@ -133,7 +133,7 @@ TEST_F(ReplayctlTest, SessionsAndGraphsShowWhatTheDaemonHolds) {
   std::vector<std::string> words;
   for (absl::string_view line : absl::StrSplit(listed.output, '\n'))
     if (absl::StartsWith(line, "default ")) words = absl::StrSplit(line, ' ', absl::SkipEmpty());
-  // TENANT DEVICE GRAPHS ARENA_BYTES HITS MISSES INSTANTIATIONS EVICTIONS
+  // TENANT DEVICE GRAPHS BYTES HITS MISSES INSTANTIATIONS EVICTIONS
   ASSERT_EQ(words.size(), 8u) << listed.output;
   EXPECT_EQ(words[1], "cpu:0");
   EXPECT_EQ(words[2], "1");  // graphs cached

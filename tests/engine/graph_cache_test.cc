@@ -59,7 +59,8 @@ TEST_F(GraphCacheTest, AHitIsTheSameInstanceFoundByItsStructure) {
   EXPECT_EQ(stats.misses, 2u);
   EXPECT_EQ(stats.instantiations, 1u);
   EXPECT_EQ(stats.graphs, 1u);
-  EXPECT_EQ(stats.bytes, a->plan().arena_bytes);
+  EXPECT_EQ(stats.bytes, a->plan().arena_bytes + a->host_bytes());
+  EXPECT_GT(a->host_bytes(), 0u);
 }
 
 TEST_F(GraphCacheTest, EvictsTheLeastRecentlyUsedPastTheCount) {
@@ -81,7 +82,7 @@ TEST_F(GraphCacheTest, EvictsTheLeastRecentlyUsedPastTheCount) {
   EXPECT_EQ(device_.live_allocations(), 2u);
 }
 
-TEST_F(GraphCacheTest, EvictsByArenaBytesButNeverTheOneJustAdded) {
+TEST_F(GraphCacheTest, EvictsByBytesButNeverTheOneJustAdded) {
   GraphCache cache({/*max_graphs=*/256, /*max_bytes=*/1000});
   ASSERT_OK_AND_ASSIGN(std::shared_ptr<GraphInstance> small, Instance(512));
   ASSERT_OK_AND_ASSIGN(std::shared_ptr<GraphInstance> big, Instance(4096));
@@ -90,6 +91,23 @@ TEST_F(GraphCacheTest, EvictsByArenaBytesButNeverTheOneJustAdded) {
   EXPECT_EQ(cache.Lookup(small->structure()), nullptr);
   EXPECT_EQ(cache.Lookup(big->structure()), big);
   EXPECT_EQ(cache.stats().graphs, 1u);
+}
+
+TEST_F(GraphCacheTest, EvictUnheldDropsOnlyTheInstancesNoHandleHolds) {
+  GraphCache cache({});
+  ASSERT_OK_AND_ASSIGN(std::shared_ptr<GraphInstance> held, Instance(64));
+  ASSERT_OK_AND_ASSIGN(std::shared_ptr<GraphInstance> loose, Instance(128));
+  const std::string loose_structure = loose->structure();
+  cache.Insert(held, 1);
+  cache.Insert(loose, 1);
+  loose.reset();  // only the cache holds it now
+  EXPECT_EQ(cache.EvictUnheld(), 1u);
+  EXPECT_EQ(cache.Lookup(loose_structure), nullptr);
+  EXPECT_EQ(cache.Lookup(held->structure()), held);
+  EXPECT_EQ(cache.stats().graphs, 1u);
+  EXPECT_EQ(cache.stats().evictions, 1u);
+  EXPECT_EQ(cache.stats().bytes, held->plan().arena_bytes + held->host_bytes());
+  EXPECT_EQ(device_.live_allocations(), 1u) << "the evicted instance's arena is freed";
 }
 
 TEST_F(GraphCacheTest, EvictOwnerDropsOnlyThatSessionsInstances) {

@@ -566,6 +566,54 @@ TEST_F(SessionTest, AReplayOfAnInstanceAnotherSessionCreatedIsDoneBeforeTheRepla
   ExpectChain(created.handle, in, out, 4);
 }
 
+// A graph instance's host memory counts against the tenant's host_bytes quota while the
+// instance lives (in the cache or behind a handle); an instance only the cache holds gives
+// way to a new graph that would not fit beside it.
+TEST_F(SessionTest, GraphInstancesHoldTheirHostMemoryAgainstTheTenantsQuota) {
+  ASSERT_OK_AND_ASSIGN(Handle add, Load("add", AddSignature()));
+  ASSERT_OK_AND_ASSIGN(Handle in, Buffer(input_));
+  ASSERT_OK_AND_ASSIGN(Handle out, Buffer());
+  ASSERT_TRUE(RecordChain(add, in, out).ok());
+  ASSERT_OK_AND_ASSIGN(GraphInfo first, session_->EndCapture({out}));
+  const uint64_t one = Used(account_, Resource::kHostMemory);
+  EXPECT_GT(one, 1000u) << "a two-call instance holds its graph, key, nodes and patches";
+  EXPECT_EQ(graph_cache_.stats().bytes, first.arena_bytes + one);
+  // Room for one more than this instance, not two.
+  Quotas quotas{};
+  quotas[static_cast<size_t>(Resource::kHostMemory)] = one + one / 2;
+  account_.set_quotas(quotas);
+  // Another structure of the same size: the second call adds 2, not 1.
+  auto capture_other = [&]() -> absl::StatusOr<GraphInfo> {
+    if (absl::Status s = session_->BeginCapture({in}, {kK}); !s.ok()) return s;
+    absl::StatusOr<Handle> mid = Buffer();
+    if (!mid.ok()) return mid.status();
+    if (absl::Status s = session_->Launch(AddVar(add, *mid, in, 5)).status(); !s.ok()) return s;
+    if (absl::Status s = session_->Launch(AddConst(add, out, *mid, 2)).status(); !s.ok()) return s;
+    if (absl::Status s = session_->FreeBuffer(*mid); !s.ok()) return s;
+    return session_->EndCapture({out});
+  };
+  absl::StatusOr<GraphInfo> refused = capture_other();
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kResourceExhausted) << refused.status();
+  EXPECT_THAT(std::string(refused.status().message()), HasSubstr("host_bytes"));
+  EXPECT_EQ(Used(account_, Resource::kHostMemory), one) << "the refusal holds nothing";
+  EXPECT_EQ(session_->graph_count(), 1u);
+  EXPECT_EQ(graph_cache_.stats().graphs, 1u);
+  ASSERT_OK(session_->EndCapture({}, /*discard=*/true).status());
+  // Freed, the first instance is held only by the cache, which lets it go for the second.
+  ASSERT_OK(session_->FreeGraph(first.handle));
+  EXPECT_EQ(Used(account_, Resource::kHostMemory), one) << "still cached";
+  ASSERT_OK_AND_ASSIGN(GraphInfo second, capture_other());
+  EXPECT_FALSE(second.cache_hit);
+  EXPECT_EQ(Used(account_, Resource::kHostMemory), one) << "the second holds as much as the first did";
+  EXPECT_EQ(graph_cache_.stats().graphs, 1u);
+  EXPECT_EQ(graph_cache_.stats().evictions, 1u);
+  ASSERT_OK_AND_ASSIGN(ReplayOutcome r, session_->ReplayGraph(Replay(second.handle, in, out, 7)));
+  ASSERT_EQ(r.reads.size(), 1u);
+  EXPECT_EQ(Decode(r.reads[0]), Plus(input_, 7 + 2));
+  EXPECT_TRUE(session_->TryClose());
+  EXPECT_EQ(Used(account_, Resource::kHostMemory), 0u) << "the session's instances went with it";
+}
+
 TEST_F(SessionTest, ASequenceStopsAtItsCallbacksError) {
   ASSERT_OK_AND_ASSIGN(Handle add, Load("add", AddSignature()));
   ASSERT_OK_AND_ASSIGN(Handle in, Buffer(input_));
