@@ -16,9 +16,10 @@ import replayd
 from conftest import ROOT, STEP, Daemon
 
 
-def make_certificates(d: Path) -> None:
+def make_certificates(d: Path, san: str = "DNS:localhost,IP:127.0.0.1") -> None:
+    """A CA, a daemon's certificate for the names `san`, a client's certificate."""
     key = "-newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes"
-    (d / "san.ext").write_text("subjectAltName=DNS:localhost,IP:127.0.0.1\n")
+    (d / "san.ext").write_text(f"subjectAltName={san}\n")
     script = " && ".join([
         f"openssl req -x509 {key} -keyout ca.key -out ca.pem -days 2 -subj /CN=replayd-test-ca",
         f"openssl req {key} -keyout server.key -out server.csr -subj /CN=localhost",
