@@ -8,18 +8,21 @@ from __future__ import annotations
 
 import shutil
 import socket
-from typing import Callable, Dict, Iterator, List
+from typing import Callable, Dict, Iterator, List, Optional
 
 import grpc
 import numpy as np
 import pytest
 
 import replayd
-from conftest import STEP, Daemon, tenant
+from conftest import STEP, Daemon, make_certificates, tenant
 from replayd.v1 import admin_pb2, admin_pb2_grpc
-from test_tls_and_cli import make_certificates
 
 MiB = 1 << 20
+
+# Far past any daemon's answer on a loaded machine: these tests check where sessions go, and
+# a daemon skipped as slow would make them fail by chance. Silent ports refuse at once.
+PROBE = 60.0
 
 
 def memory_limit(mib: int) -> str:
@@ -62,7 +65,7 @@ def start() -> Iterator[Callable[..., Daemon]]:
     """Starts daemons of the build; each is stopped at the end of the test."""
     started: List[Daemon] = []
 
-    def start_one(*args: str, tenants: str = None) -> Daemon:
+    def start_one(*args: str, tenants: Optional[str] = None) -> Daemon:
         d = Daemon(list(args), tenants=tenants)
         started.append(d)
         return d
@@ -79,7 +82,7 @@ def no_token_in_the_environment(monkeypatch):
 
 def test_a_session_goes_to_the_serving_daemon_with_the_most_free_memory(start):
     a, b, c = start(memory_limit(64)), start(memory_limit(256), "--drain_seconds=600"), start(memory_limit(128))
-    with replayd.Daemons([a.address, b.address, c.address]) as daemons:
+    with replayd.Daemons([a.address, b.address, c.address], probe_timeout=PROBE) as daemons:
         # All serving: b has the most.
         on_b = daemons.session("cpu")
         assert (on_b.target, on_b.device.id, on_b.device.kind) == (b.address, "cpu:0", "cpu")
@@ -119,7 +122,7 @@ def test_a_session_goes_to_the_serving_daemon_with_the_most_free_memory(start):
 
 def test_daemons_that_do_not_answer_or_resolve_are_skipped(daemon):
     silent = f"127.0.0.1:{free_port()}"  # nothing listens
-    with replayd.Daemons([silent, "no-such-daemon.invalid:7070", daemon.address], probe_timeout=5) as daemons:
+    with replayd.Daemons([silent, "no-such-daemon.invalid:7070", daemon.address], probe_timeout=PROBE) as daemons:
         with daemons.session("cpu") as s:
             assert s.target == daemon.address
         survey = by_target(daemons.survey())
@@ -133,7 +136,7 @@ def test_daemons_that_do_not_answer_or_resolve_are_skipped(daemon):
 
 def test_no_daemon_with_the_kind_is_unavailable_and_says_why(daemon):
     silent = f"127.0.0.1:{free_port()}"
-    with replayd.Daemons([daemon.address, silent]) as daemons:
+    with replayd.Daemons([daemon.address, silent], probe_timeout=PROBE) as daemons:
         with pytest.raises(replayd.Unavailable) as e:
             daemons.session("cuda")
     assert e.value.code == grpc.StatusCode.UNAVAILABLE
@@ -152,7 +155,7 @@ def test_no_target_that_resolves_is_not_found():
 def test_a_refused_session_goes_to_the_next_best_daemon(start):
     tenants = tenant("placed", "placement-token", "trusted: true\n  quotas { sessions: 1 }")
     big, small = start(memory_limit(256), tenants=tenants), start(memory_limit(64), tenants=tenants)
-    with replayd.Daemons([small.address, big.address], token="placement-token") as daemons:
+    with replayd.Daemons([small.address, big.address], token="placement-token", probe_timeout=PROBE) as daemons:
         first = daemons.session("cpu")
         assert (first.target, first.tenant) == (big.address, "placed")
         second = daemons.session("cpu")
@@ -165,7 +168,7 @@ def test_a_refused_session_goes_to_the_next_best_daemon(start):
         assert daemons.session("cpu").target == big.address
 
     for token in ("not-a-tenant", None):
-        with replayd.Daemons([small.address, big.address], token=token) as strangers:
+        with replayd.Daemons([small.address, big.address], token=token, probe_timeout=PROBE) as strangers:
             with pytest.raises(replayd.Unauthenticated) as e:
                 strangers.session("cpu")
             assert e.value.code == grpc.StatusCode.UNAUTHENTICATED
@@ -176,7 +179,7 @@ def test_a_refused_session_goes_to_the_next_best_daemon(start):
 # any other.
 def test_ties_go_round_the_daemons_and_a_placed_session_computes(start):
     a, b = start(memory_limit(64)), start(memory_limit(64))
-    with replayd.Daemons([a.address, b.address]) as daemons:
+    with replayd.Daemons([a.address, b.address], probe_timeout=PROBE) as daemons:
         sessions = [daemons.session("cpu") for _ in range(4)]
         targets = [s.target for s in sessions]
         assert set(targets[:2]) == {a.address, b.address}
@@ -208,7 +211,7 @@ def test_names_and_ipv6_addresses_resolve(start, daemon):
     assert f"127.0.0.1:{port}" in local and set(local) <= {f"127.0.0.1:{port}", f"[::1]:{port}"}
     assert replayd.resolve_target(f"dns:///localhost:{port}") == local
     assert replayd.resolve_target(v6.address) == [v6.address]
-    with replayd.Daemons([f"localhost:{port}", f"dns:///localhost:{port}", v6.address]) as daemons:
+    with replayd.Daemons([f"localhost:{port}", f"dns:///localhost:{port}", v6.address], probe_timeout=PROBE) as daemons:
         survey = by_target(daemons.survey())  # each address once
         assert set(survey) == {*local, v6.address}
         assert survey[f"127.0.0.1:{port}"].ok and survey[v6.address].ok
@@ -226,18 +229,18 @@ def test_tls_and_the_token_apply_to_every_daemon(start, tmp_path):
     a, b = start(*tls_args, tenants=tenants), start(*tls_args, tenants=tenants)
     tls = replayd.TLS(root_ca=tmp_path / "ca.pem")
     names = [f"localhost:{port_of(a.address)}", f"localhost:{port_of(b.address)}"]
-    with replayd.Daemons(names, token="placement-token", tls=tls) as daemons:
+    with replayd.Daemons(names, token="placement-token", tls=tls, probe_timeout=PROBE) as daemons:
         placed = [daemons.session("cpu") for _ in range(2)]
         assert {s.target for s in placed} == {a.address, b.address}
         for s in placed:
             assert s.tenant == "placed"
             x = s.array(np.arange(4, dtype=np.float32))
             np.testing.assert_array_equal(x.numpy(), np.arange(4, dtype=np.float32))
-    with replayd.Daemons([a.address], token="placement-token", tls=tls) as by_address:
+    with replayd.Daemons([a.address], token="placement-token", tls=tls, probe_timeout=PROBE) as by_address:
         [state] = by_address.survey()
         assert isinstance(state.error, replayd.Unavailable), state  # the certificate names no address
     wrong_name = replayd.TLS(root_ca=tmp_path / "ca.pem", server_name="elsewhere.example")
-    with replayd.Daemons(names[:1], token="placement-token", tls=wrong_name) as elsewhere:
+    with replayd.Daemons(names[:1], token="placement-token", tls=wrong_name, probe_timeout=PROBE) as elsewhere:
         with pytest.raises(replayd.Unavailable, match=a.address):
             elsewhere.session("cpu")
 
