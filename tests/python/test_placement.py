@@ -253,7 +253,8 @@ def test_bad_targets_kinds_and_timeouts_are_invalid_arguments(daemon):
                          (["host:0"], "the port is not 1 to 65535"),
                          (["host:http"], "the port is not 1 to 65535"),
                          ([":7070"], "no host"),
-                         ([7070], "not a str")]:
+                         ([7070], "not a str"),
+                         (None, "a list of")]:
         with pytest.raises(replayd.InvalidArgument, match=why):
             replayd.Daemons(targets)
     for timeout in (0, -1, "2", None):

@@ -21,7 +21,7 @@ import dataclasses
 import os
 import socket
 import threading
-from typing import Dict, List, Optional, Sequence, Tuple, Union
+from typing import Dict, List, Optional, Tuple, Union
 
 import grpc
 
@@ -134,7 +134,7 @@ class Daemons:
     """Many daemons that sessions are placed on. Use as a context manager, or call
     `close()`, which closes every session opened through it."""
 
-    def __init__(self, targets: Union[str, Sequence[str]], token: Optional[str] = None,
+    def __init__(self, targets: Union[str, List[str], Tuple[str, ...]], token: Optional[str] = None,
                  tls: Union[None, bool, TLS] = None, window: int = 64, transport: str = "auto",
                  probe_timeout: float = PROBE_TIMEOUT) -> None:
         """The daemons at `targets`: one target or a list of them, each "host:port",
@@ -146,7 +146,10 @@ class Daemons:
         `probe_timeout`: seconds each daemon's health check and device list may take at a
         placement; a daemon slower than this is skipped. InvalidArgument for no targets,
         a target without a port, or a probe timeout that is not a positive number."""
-        targets = [targets] if isinstance(targets, str) else list(targets)
+        if isinstance(targets, str):
+            targets = [targets]
+        elif not isinstance(targets, (list, tuple)):
+            raise errors.InvalidArgument(f"daemon targets {targets!r}: a list of \"host:port\" or one")
         if not targets:
             raise errors.InvalidArgument("no daemon targets")
         for target in targets:
