@@ -1,6 +1,6 @@
 """Fixtures of the Python client's tests: a real daemon of this build on an ephemeral
 loopback port (its own compile cache and, where asked, a tenants file), stopped and cleaned
-up at the end; clients of it over both stream transports; sessions.
+up at the end; clients of it over both stream transports; sessions; certificates for TLS.
 
 The daemon is $REPLAYD_BINARY (ctest sets it), else build/server/replayd.
 """
@@ -94,6 +94,21 @@ def tenant(name: str, token: str, extra: str = "trusted: true") -> str:
     """A tenants-file entry, with the SHA-256 of the token as operators write it."""
     digest = hashlib.sha256(token.encode()).hexdigest()
     return f'tenant {{\n  name: "{name}"\n  token_sha256: "{digest}"\n  {extra}\n}}\n'
+
+
+def make_certificates(d: Path, san: str = "DNS:localhost,IP:127.0.0.1") -> None:
+    """A CA, a daemon's certificate for the names `san`, a client's certificate."""
+    key = "-newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes"
+    (d / "san.ext").write_text(f"subjectAltName={san}\n")
+    script = " && ".join([
+        f"openssl req -x509 {key} -keyout ca.key -out ca.pem -days 2 -subj /CN=replayd-test-ca",
+        f"openssl req {key} -keyout server.key -out server.csr -subj /CN=localhost",
+        "openssl x509 -req -in server.csr -CA ca.pem -CAkey ca.key -CAcreateserial -out server.pem -days 2 "
+        "-extfile san.ext",
+        f"openssl req {key} -keyout client.key -out client.csr -subj /CN=client",
+        "openssl x509 -req -in client.csr -CA ca.pem -CAkey ca.key -CAcreateserial -out client.pem -days 2",
+    ])
+    subprocess.run(script, shell=True, cwd=d, check=True, capture_output=True)
 
 
 @pytest.fixture(scope="session")

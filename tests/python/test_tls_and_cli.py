@@ -7,27 +7,12 @@ import os
 import shutil
 import subprocess
 import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
 
 import replayd
-from conftest import ROOT, STEP, Daemon
-
-
-def make_certificates(d: Path) -> None:
-    key = "-newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes"
-    (d / "san.ext").write_text("subjectAltName=DNS:localhost,IP:127.0.0.1\n")
-    script = " && ".join([
-        f"openssl req -x509 {key} -keyout ca.key -out ca.pem -days 2 -subj /CN=replayd-test-ca",
-        f"openssl req {key} -keyout server.key -out server.csr -subj /CN=localhost",
-        "openssl x509 -req -in server.csr -CA ca.pem -CAkey ca.key -CAcreateserial -out server.pem -days 2 "
-        "-extfile san.ext",
-        f"openssl req {key} -keyout client.key -out client.csr -subj /CN=client",
-        "openssl x509 -req -in client.csr -CA ca.pem -CAkey ca.key -CAcreateserial -out client.pem -days 2",
-    ])
-    subprocess.run(script, shell=True, cwd=d, check=True, capture_output=True)
+from conftest import ROOT, STEP, Daemon, make_certificates
 
 
 @pytest.fixture(scope="module")

@@ -13,7 +13,8 @@
         after = g.replay(pos=17, reads=x)          # a numpy array
 
 Sessions, buffers and views are in `replayd.session`, captures and graphs in
-`replayd.graph`, errors in `replayd.errors`; see docs/python.md.
+`replayd.graph`, sessions placed across many daemons (`Daemons`) in `replayd.placement`,
+errors in `replayd.errors`; see docs/python.md.
 """
 
 from .client import TLS, Client, Device, LaunchLimits, connect
@@ -22,12 +23,14 @@ from .errors import (Aborted, AlreadyExists, Cancelled, DataLoss, DeadlineExceed
                      PermissionDenied, ResourceExhausted, Unauthenticated, Unavailable, Unimplemented,
                      Unknown)
 from .graph import Capture, Graph, GraphParam, ReplaySequence
+from .placement import PROBE_TIMEOUT, Daemons, DaemonState, resolve_target
 from .session import Buffer, Future, Program, Session, Variable, View, parse_signature
 
 __all__ = [
     "connect", "Client", "Device", "LaunchLimits", "TLS",
     "Session", "Buffer", "View", "Program", "Variable", "Future", "parse_signature",
     "Capture", "Graph", "GraphParam", "ReplaySequence",
+    "Daemons", "DaemonState", "PROBE_TIMEOUT", "resolve_target",
     "Error", "Aborted", "AlreadyExists", "Cancelled", "DataLoss", "DeadlineExceeded",
     "FailedPrecondition", "Internal", "InvalidArgument", "NotFound", "OutOfRange", "PermissionDenied",
     "ResourceExhausted", "Unauthenticated", "Unavailable", "Unimplemented", "Unknown",

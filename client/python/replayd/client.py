@@ -11,7 +11,7 @@ from typing import List, Optional, Sequence, Tuple, Union
 import grpc
 
 from . import errors
-from ._stubs import pb, rpc
+from ._stubs import health, pb, rpc
 
 __all__ = ["Client", "Device", "LaunchLimits", "TLS", "connect"]
 
@@ -20,6 +20,9 @@ __all__ = ["Client", "Device", "LaunchLimits", "TLS", "connect"]
 _MAX_MESSAGE_BYTES = 20 << 20
 
 PemSource = Union[bytes, str, Path]
+
+# How a session's stream is carried (replayd.stream); see `connect`.
+TRANSPORTS = ("auto", "direct", "threaded")
 
 
 def _pem(source: Optional[PemSource]) -> Optional[bytes]:
@@ -32,11 +35,13 @@ def _pem(source: Optional[PemSource]) -> Optional[bytes]:
 @dataclasses.dataclass(frozen=True)
 class TLS:
     """TLS to the daemon: `root_ca` is the CA that signed its certificate (PEM bytes or a
-    file; None: the system's roots); `cert` and `key` this client's for mutual TLS."""
+    file; None: the system's roots); `cert` and `key` this client's for mutual TLS;
+    `server_name` the name its certificate is checked against (default: the target's host)."""
 
     root_ca: Optional[PemSource] = None
     cert: Optional[PemSource] = None
     key: Optional[PemSource] = None
+    server_name: Optional[str] = None
 
     def credentials(self) -> grpc.ChannelCredentials:
         return grpc.ssl_channel_credentials(
@@ -100,7 +105,7 @@ class Client:
                  options: Sequence[Tuple[str, object]] = ()) -> None:
         """A client of the daemon at `target` ("127.0.0.1:7070"); see `connect`.
         `options` are extra gRPC channel arguments."""
-        if transport not in ("auto", "direct", "threaded"):
+        if transport not in TRANSPORTS:
             raise errors.InvalidArgument(f"transport {transport!r}: auto, direct or threaded")
         if token is None:
             token = os.environ.get("REPLAYD_TOKEN") or None
@@ -108,7 +113,10 @@ class Client:
                            ("grpc.max_receive_message_length", _MAX_MESSAGE_BYTES),
                            *options]
         if tls:
-            credentials = (tls if isinstance(tls, TLS) else TLS()).credentials()
+            tls = tls if isinstance(tls, TLS) else TLS()
+            if tls.server_name:
+                channel_options.append(("grpc.ssl_target_name_override", tls.server_name))
+            credentials = tls.credentials()
             self._channel = grpc.secure_channel(target, credentials, options=channel_options)
         else:
             self._channel = grpc.insecure_channel(target, options=channel_options)
@@ -116,15 +124,27 @@ class Client:
         self.window = window
         self.transport = transport
         self._stub = rpc.ReplaydStub(self._channel)
+        self._health_check = self._channel.unary_unary(
+            health.CHECK, request_serializer=health.HealthCheckRequest.SerializeToString,
+            response_deserializer=health.HealthCheckResponse.FromString)
         self._metadata: Optional[Tuple[Tuple[str, str], ...]] = (
             (("authorization", f"Bearer {token}"),) if token else None)
         self._sessions: "weakref.WeakSet[Session]" = weakref.WeakSet()
         self._closed = False
 
-    def devices(self) -> List[Device]:
-        """The devices the daemon owns, with their current free memory."""
-        reply = self._unary(self._stub.ListDevices, pb.ListDevicesRequest())
+    def devices(self, timeout: Optional[float] = None) -> List[Device]:
+        """The devices the daemon owns, with their current free memory. `timeout`: seconds
+        the call may take (DeadlineExceeded past it); None waits as long as it takes."""
+        reply = self._unary(self._stub.ListDevices, pb.ListDevicesRequest(), timeout)
         return [Device.from_proto(d) for d in reply.devices]
+
+    def health(self, service: str = "replayd.v1.Replayd", timeout: Optional[float] = None) -> str:
+        """The daemon's gRPC health for `service`: "SERVING", or "NOT_SERVING" (for
+        replayd.v1.Replayd: the daemon is draining, or serves no device). "" asks about
+        the server as a whole, "replayd.v1.Admin" whether the process runs. NotFound for a
+        service the daemon does not know."""
+        reply = self._unary(self._health_check, health.HealthCheckRequest(service=service), timeout)
+        return health.HealthCheckResponse.ServingStatus.Name(reply.status)
 
     def device(self, device_id: str) -> Device:
         """One device by id; NotFound when the daemon does not serve it."""
@@ -165,11 +185,11 @@ class Client:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def _unary(self, method, request):
+    def _unary(self, method, request, timeout: Optional[float] = None):
         if self._closed:
             raise errors.Unavailable(f"the client of {self.target} is closed")
         try:
-            return method(request, metadata=self._metadata)
+            return method(request, metadata=self._metadata, timeout=timeout)
         except grpc.RpcError as e:
             raise errors.from_rpc_error(e) from None
 

@@ -367,6 +367,11 @@ class Session:
             self._device = self.client.device(self.device_id)
         return self._device
 
+    @property
+    def target(self) -> str:
+        """The daemon the session runs on: its client's target ("127.0.0.1:7070")."""
+        return self.client.target
+
     # -- buffers -----------------------------------------------------------------------
 
     def empty(self, shape: Union[int, Iterable[int]], dtype: DTypeLike = np.float32,
