@@ -54,7 +54,7 @@ ABSL_FLAG(int, cpu_threads, 0, "parallel invocations on cpu:0 (0: one per core)"
 ABSL_FLAG(std::string, log_level, "info", "trace, debug, info, warn, error");
 ABSL_FLAG(int, graph_batch, 32, "calls in a graph's first batch; each later batch doubles it");
 ABSL_FLAG(int, graph_cache_graphs, 256, "graphs one tenant may keep cached per device");
-ABSL_FLAG(uint64_t, graph_cache_bytes, uint64_t{1} << 30, "arena bytes one tenant may keep cached per device");
+ABSL_FLAG(uint64_t, graph_cache_bytes, uint64_t{1} << 30, "arena and host bytes of graph instances one tenant may keep cached per device");
 ABSL_FLAG(int, stream_window, 8,
           "Session stream operations read ahead of their replies per stream; 0 or 1 reads each request "
           "after the previous one has been answered");
