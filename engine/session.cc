@@ -37,6 +37,7 @@ bool DeviceSession::TryClose() {
 void DeviceSession::CloseLocked() {
   if (closed_) return;
   closed_ = true;
+  lost_ = context_->health();
   // Wait for submitted work before its memory goes.
   context_->Synchronize().IgnoreError();
   capture_.reset();
@@ -56,7 +57,7 @@ absl::Status DeviceSession::CheckOpen() const {
   if (!closed_) return absl::OkStatus();
   // A session closed because its context was lost (an executor died) goes on answering
   // the cause to whoever still holds it (a Session stream), as FindSession does.
-  if (absl::Status lost = context_->health(); !lost.ok()) return lost;
+  if (!lost_.ok()) return lost_;
   return absl::NotFoundError(absl::StrCat("session ", id_, " is closed"));
 }
 

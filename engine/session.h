@@ -192,6 +192,9 @@ class DeviceSession {
 
   mutable absl::Mutex mu_;
   bool closed_ ABSL_GUARDED_BY(mu_) = false;
+  // Why the context was lost, when it was by the close (an executor died); read then, as
+  // the device may be gone by the time a holder of the closed session asks.
+  absl::Status lost_ ABSL_GUARDED_BY(mu_);
   // Read without the lock (by the admin's report while work runs); written under it.
   std::atomic<uint64_t> memory_in_use_ = 0;
   std::atomic<size_t> program_count_ = 0, graph_count_ = 0;

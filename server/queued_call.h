@@ -12,7 +12,8 @@
 // (the code gRPC's sync server would run) where the Dispatcher says: on the polling thread
 // that received it, or on a worker. Its request arrives as a ReceivedRequest
 // (request_parsing.h), so that one whose bytes do not parse is answered INVALID_ARGUMENT
-// rather than cancelled by gRPC with INTERNAL.
+// rather than cancelled by gRPC with INTERNAL. UploadCall is the call of a client-streaming
+// method, whose requests arrive the same way and are taken in order by an Upload.
 #ifndef REPLAYD_SERVER_QUEUED_CALL_H_
 #define REPLAYD_SERVER_QUEUED_CALL_H_
 
@@ -181,6 +182,138 @@ class UnaryCall final : public QueuedCall {
   grpc::ServerAsyncResponseWriter<ReplyMessage> responder_{&context_};
   Event new_call_{this, kNewCall}, finish_{this, kFinish};
 };
+
+// One call of a client-streaming method of `Service`, which asks gRPC for calls whose
+// requests arrive as ReceivedRequests:
+//   void RequestClientStream(const google::protobuf::MethodDescriptor&, grpc::ServerContext*,
+//                            grpc::internal::ServerAsyncStreamingInterface*,
+//                            grpc::ServerCompletionQueue*, void* tag);
+// Its requests go in order to an `Upload` made for the call from what all of them use:
+//   explicit Upload(const Upload::Env&); using Request = ...; using Reply = ...;
+//   grpc::Status Take(grpc::ServerContext&, const Request&);  // one request
+//   grpc::Status End(Reply*);                                 // after the last
+// Its lifecycle, in State:
+//   kWaiting   Request has asked for a call. The new-call completion brings one: the next
+//              call is listened for, and the first request is read: kReading. Without one
+//              the call is deleted.
+//   kReading   A read is started. A request comes: kTaking. The stream's end (the client
+//              has sent all, or is gone) ends the upload: End, then kReplying.
+//   kTaking    The Upload takes the request where the Dispatcher says (the polling thread
+//              or a worker), then the next is read (kReading). A request that did not
+//              parse, one Take refuses, or no worker to be had finishes the call with that
+//              status (kReplying), the requests after it unread.
+//   kReplying  Finish has been started; its completion deletes the call.
+// One operation of the call is in flight at a time, so the threads that take it in turn
+// never meet.
+template <typename Service, typename Upload>
+class UploadCall final : public QueuedCall {
+ public:
+  UploadCall(const CallHost<Service>& host, const google::protobuf::MethodDescriptor& method,
+             const typename Upload::Env& env)
+      : host_(host), method_(method), env_(env), upload_(env) {}
+
+  void Request() override {
+    host_.service.RequestClientStream(method_, &context_, &reader_, host_.queue.cq(), &new_call_);
+  }
+
+  void On(Kind kind, bool ok) override {
+    if (state_ == State::kWaiting && ok) {
+      host_.queue.Listen(new UploadCall(host_, method_, env_));
+      ReadNext();
+      return;
+    }
+    if (state_ == State::kReading && kind == kRead) {
+      if (!ok) {
+        End();
+      } else if (!received_.parsed) {
+        Fail(ToGrpc(ParseError(method_)));
+      } else {
+        Received();
+      }
+      return;
+    }
+    CallQueue& queue = host_.queue;
+    delete this;
+    queue.Ended();
+  }
+
+ private:
+  enum class State { kWaiting, kReading, kTaking, kReplying };
+
+  void ReadNext() {
+    state_ = State::kReading;
+    reader_.Read(&received_, &read_);
+  }
+
+  void Received() {
+    state_ = State::kTaking;
+    // Once Take has started the next read or the finish, another thread may take its
+    // completion: nothing of this call is used after it.
+    Dispatcher& dispatcher = host_.dispatcher;
+    if (dispatcher.RunHere()) {
+      Take();
+      dispatcher.ReleaseInlineSlot();
+      return;
+    }
+    absl::StatusOr<std::shared_ptr<const Tenant>> caller = host_.auth.Authenticate(context_);
+    absl::Status s = caller.ok() ? dispatcher.HandOff((*caller)->name, [this] { Take(); }) : caller.status();
+    if (!s.ok()) Fail(ToGrpc(s));
+  }
+
+  void Take() {
+    grpc::Status status;
+    {
+      Dispatcher::RunningOperation running(host_.dispatcher);
+      status = upload_.Take(context_, request_);
+    }
+    if (status.ok()) {
+      ReadNext();
+    } else {
+      Fail(status);
+    }
+  }
+
+  void End() {
+    typename Upload::Reply reply;
+    const grpc::Status status = upload_.End(&reply);
+    state_ = State::kReplying;
+    if (status.ok()) {
+      reader_.Finish(reply, status, &finish_);
+    } else {
+      reader_.FinishWithError(status, &finish_);
+    }
+  }
+
+  void Fail(const grpc::Status& status) {
+    state_ = State::kReplying;
+    reader_.FinishWithError(status, &finish_);
+  }
+
+  const CallHost<Service> host_;
+  const google::protobuf::MethodDescriptor& method_;
+  const typename Upload::Env& env_;
+  Upload upload_;
+  State state_ = State::kWaiting;
+  grpc::ServerContext context_;
+  typename Upload::Request request_;
+  ReceivedRequest received_{&request_};
+  grpc::ServerAsyncReader<typename Upload::Reply, ReceivedRequest> reader_{&context_};
+  Event new_call_{this, kNewCall}, read_{this, kRead}, finish_{this, kFinish};
+};
+
+// Serves the client-streaming `method` of `host`'s service on its queue, each call's
+// requests taken by an Upload of its own made from `env`, which outlives every call. Call
+// once per method.
+template <typename Upload, typename Service>
+void ServeUpload(const CallHost<Service>& host, const google::protobuf::MethodDescriptor& method,
+                 const typename Upload::Env& env) {
+  if (method.input_type() != Upload::Request::descriptor() || method.output_type() != Upload::Reply::descriptor() ||
+      !method.client_streaming() || method.server_streaming()) {
+    std::fprintf(stderr, "%s is not served by an upload of its types\n", method.full_name().c_str());
+    std::abort();
+  }
+  host.queue.Listen(new UploadCall<Service, Upload>(host, method, env));
+}
 
 // Serves the unary `method` of `host`'s service on its queue, answering each call with
 // `handler`, the service's synchronous handler for it; `method`'s request and reply types

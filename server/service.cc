@@ -75,36 +75,6 @@ grpc::Status ReplaydService::FreeBuffer(grpc::ServerContext* context, const v1::
   return ToGrpc((*session)->FreeBuffer(request->buffer()));
 }
 
-grpc::Status ReplaydService::WriteBuffer(grpc::ServerContext* context, grpc::ServerReader<v1::WriteChunk>* reader,
-                                         v1::WriteBufferReply* reply) {
-  v1::WriteChunk chunk;
-  if (!reader->Read(&chunk)) return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "WriteBuffer stream has no chunk");
-  const SessionId session_id = chunk.session();
-  const Handle buffer = chunk.buffer();
-  auto session = FindSession(context, session_id);
-  if (!session.ok()) return ToGrpc(session.status());
-  uint64_t written = 0;
-  do {
-    if ((chunk.session() != 0 && chunk.session() != session_id) || (chunk.buffer() != 0 && chunk.buffer() != buffer)) {
-      return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
-                          "WriteBuffer chunks must all name the same session and buffer");
-    }
-    if (chunk.data().size() > kMaxChunkBytes) {
-      return grpc::Status(
-          grpc::StatusCode::INVALID_ARGUMENT,
-          absl::StrCat("chunk of ", chunk.data().size(), " bytes exceeds the limit of ", kMaxChunkBytes));
-    }
-    const auto* data = reinterpret_cast<const uint8_t*>(chunk.data().data());
-    absl::Status s = (*session)->WriteBuffer(buffer, chunk.offset(), {data, chunk.data().size()});
-    if (!s.ok()) return ToGrpc(s);
-    written += chunk.data().size();
-    (*session)->Renew(absl::Now());
-  } while (reader->Read(&chunk));
-  if (context->IsCancelled()) return grpc::Status::CANCELLED;
-  reply->set_bytes_written(written);
-  return grpc::Status::OK;
-}
-
 grpc::Status ReplaydService::ReadBuffer(grpc::ServerContext* context, const v1::ReadBufferRequest* request,
                                         grpc::ServerWriter<v1::ReadChunk>* writer) {
   auto session = FindSession(context, request->session());

@@ -15,9 +15,6 @@
 
 namespace replayd {
 
-// Largest chunk of a WriteBuffer or ReadBuffer stream.
-inline constexpr size_t kMaxChunkBytes = 1 << 20;
-
 // The Session method is served by SessionStreamServer.
 class ReplaydService final : public SessionStreamService {
  public:
@@ -38,8 +35,6 @@ class ReplaydService final : public SessionStreamService {
                            v1::AllocBufferReply*) override;
   grpc::Status FreeBuffer(grpc::ServerContext*, const v1::FreeBufferRequest*,
                           v1::FreeBufferReply*) override;
-  grpc::Status WriteBuffer(grpc::ServerContext*, grpc::ServerReader<v1::WriteChunk>*,
-                           v1::WriteBufferReply*) override;
   grpc::Status ReadBuffer(grpc::ServerContext*, const v1::ReadBufferRequest*,
                           grpc::ServerWriter<v1::ReadChunk>*) override;
   grpc::Status LoadProgram(grpc::ServerContext*, const v1::LoadProgramRequest*,

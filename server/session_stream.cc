@@ -611,6 +611,7 @@ SessionStreamServer::SessionStreamServer(Engine& engine, const Authenticator& au
       options_{std::max<size_t>(options.window, 1), std::max(options.threads, 1), std::max<size_t>(options.workers, 1),
                std::max<size_t>(options.workers_per_tenant, 1)},
       calls_(builder),
+      upload_env_{engine, auth},
       dispatcher_(options_.threads, options_.workers, options_.workers_per_tenant) {}
 
 SessionStreamServer::~SessionStreamServer() { Stop(); }
@@ -637,13 +638,14 @@ void SessionStreamServer::Start() {
   ServeUnary(host, method("DefineGraph"), &Service::DefineGraph);
   ServeUnary(host, method("FreeGraph"), &Service::FreeGraph);
   ServeUnary(host, method("GraphInfo"), &Service::GraphInfo);
+  ServeUpload<BufferUpload>(host, method("WriteBuffer"), upload_env_);
 }
 
 bool ServedOnQueue(absl::string_view path) {
   constexpr absl::string_view kPrefix = "/replayd.v1.Replayd/";
   if (!absl::StartsWith(path, kPrefix)) return false;
   path.remove_prefix(kPrefix.size());
-  return path == "Session" ||
+  return path == "Session" || path == "WriteBuffer" ||
          std::find(std::begin(kQueuedUnaryMethods), std::end(kQueuedUnaryMethods), path) !=
              std::end(kQueuedUnaryMethods);
 }

@@ -39,6 +39,7 @@
 #include "engine/engine.h"
 #include "replayd/v1/replayd.grpc.pb.h"
 #include "server/authenticator.h"
+#include "server/buffer_upload.h"
 #include "server/daemon_metrics.h"
 #include "server/dispatch.h"
 #include "server/queued_call.h"
@@ -46,9 +47,9 @@
 
 namespace replayd {
 
-// The Replayd service with Session and the short unary methods served on a completion
-// queue (SessionStreamServer), and the others (ListDevices, OpenSession, CloseSession,
-// LoadProgram with its compile, the WriteBuffer and ReadBuffer transfers) on gRPC's sync
+// The Replayd service with Session, the short unary methods and WriteBuffer served on a
+// completion queue (SessionStreamServer), and the others (ListDevices, OpenSession,
+// CloseSession, LoadProgram with its compile, the ReadBuffer transfer) on gRPC's sync
 // server.
 // clang-format off
 using SessionStreamMethods =
@@ -66,7 +67,8 @@ using SessionStreamMethods =
     v1::Replayd::WithAsyncMethod_DefineGraph<
     v1::Replayd::WithAsyncMethod_FreeGraph<
     v1::Replayd::WithAsyncMethod_GraphInfo<
-    v1::Replayd::Service>>>>>>>>>>>>>>;
+    v1::Replayd::WithAsyncMethod_WriteBuffer<
+    v1::Replayd::Service>>>>>>>>>>>>>>>;
 // clang-format on
 // Their calls are asked for here rather than through the generated Request<Method>, with
 // the requests arriving as ReceivedRequests (request_parsing.h): one that does not parse
@@ -78,6 +80,12 @@ class SessionStreamService : public SessionStreamMethods {
                     ReceivedRequest* request, grpc::internal::ServerAsyncStreamingInterface* responder,
                     grpc::ServerCompletionQueue* cq, void* tag) {
     RequestAsyncUnary(method.index(), context, request, responder, cq, cq, tag);
+  }
+  // Asks for the next call of the client-streaming `method` of this service.
+  void RequestClientStream(const google::protobuf::MethodDescriptor& method, grpc::ServerContext* context,
+                           grpc::internal::ServerAsyncStreamingInterface* reader, grpc::ServerCompletionQueue* cq,
+                           void* tag) {
+    RequestAsyncClientStreaming(method.index(), context, reader, cq, cq, tag);
   }
   // Asks for the next call of the bidirectional streaming `method` of this service.
   void RequestBidiStream(const google::protobuf::MethodDescriptor& method, grpc::ServerContext* context,
@@ -127,6 +135,7 @@ class SessionStreamServer {
   DaemonMetrics& metrics_;
   const SessionStreamOptions options_;  // every field at least 1
   CallQueue calls_;
+  const BufferUpload::Env upload_env_;  // what WriteBuffer's calls use
   std::vector<std::thread> threads_;  // polling calls_
   bool stopped_ = false;
   // Declared last, so destroyed first: its workers end before what they use.

@@ -1,7 +1,7 @@
 // Requests whose bytes do not parse as their message, sent raw over a generic gRPC call:
 // each is answered INVALID_ARGUMENT naming the method and the message type (not gRPC's
-// INTERNAL), on the sync server, on the completion queue and on the Session stream, and
-// the daemon goes on serving.
+// INTERNAL), on the sync server, on the completion queue, on the Session stream and in a
+// WriteBuffer upload, and the daemon goes on serving.
 #include <gmock/gmock.h>
 #include <grpcpp/generic/generic_stub.h>
 
@@ -46,12 +46,14 @@ class BadInputBytesTest : public DaemonFixture {
     return done.get_future().get();
   }
 
-  // Opens a Session stream, sends each of `messages`, half-closes, reads every reply and
-  // returns how the stream finished; `replies` counts the replies read.
-  grpc::Status Stream(const std::vector<std::string>& messages, int* replies) {
+  // Opens a stream of `method` (Session, or WriteBuffer), sends each of `messages`,
+  // half-closes, reads every reply and returns how the stream finished; `replies` counts
+  // the replies read.
+  grpc::Status Stream(const std::vector<std::string>& messages, int* replies,
+                      const std::string& method = "/replayd.v1.Replayd/Session") {
     grpc::ClientContext context;
     grpc::CompletionQueue cq;
-    auto call = generic_->PrepareCall(&context, "/replayd.v1.Replayd/Session", &cq);
+    auto call = generic_->PrepareCall(&context, method, &cq);
     auto step = [&cq](intptr_t tag) {
       void* got = nullptr;
       bool ok = false;
@@ -162,6 +164,43 @@ TEST_F(BadInputBytesTest, MalformedSessionRequestFinishesTheStreamAfterAnswering
   keep.set_seq(2);
   EXPECT_OK(Abseil(Stream({Serialized(keep)}, &replies)));
   EXPECT_EQ(replies, 1);
+}
+
+TEST_F(BadInputBytesTest, AWriteBufferChunkThatDoesNotParseEndsTheUploadWithInvalidArgument) {
+  Session session = Open();
+  ASSERT_OK_AND_ASSIGN(Buffer buffer, session.Alloc(16));
+  ASSERT_OK(session.WriteVector(buffer, std::vector<uint8_t>(16, 0)));
+  auto chunk = [&](uint64_t offset, uint8_t value) {
+    v1::WriteChunk c;
+    c.set_session(session.id());
+    c.set_buffer(buffer.handle());
+    c.set_offset(offset);
+    c.set_data(std::string(8, static_cast<char>(value)));
+    return Serialized(c);
+  };
+  const std::string kWriteBuffer = "/replayd.v1.Replayd/WriteBuffer";
+  int replies = 0;
+  grpc::Status s = Stream({chunk(0, 7), kTruncated, chunk(8, 9)}, &replies, kWriteBuffer);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << s.error_message();
+  EXPECT_EQ(s.error_message(),
+            "replayd.v1.Replayd/WriteBuffer: the request does not parse as a replayd.v1.WriteChunk");
+  EXPECT_EQ(replies, 0);
+  // The chunk before it was written; none after it.
+  ASSERT_OK_AND_ASSIGN(std::vector<uint8_t> got, session.ReadVector<uint8_t>(buffer, 16));
+  std::vector<uint8_t> want(16, 0);
+  std::fill(want.begin(), want.begin() + 8, 7);
+  EXPECT_EQ(got, want);
+  // A good upload on the same buffer answers OK with what it wrote; one with no chunk is
+  // INVALID_ARGUMENT.
+  EXPECT_OK(Abseil(Stream({chunk(0, 1), chunk(8, 2)}, &replies, kWriteBuffer)));
+  EXPECT_EQ(replies, 1);
+  ASSERT_OK_AND_ASSIGN(got, session.ReadVector<uint8_t>(buffer, 16));
+  std::fill(want.begin(), want.begin() + 8, 1);
+  std::fill(want.begin() + 8, want.end(), 2);
+  EXPECT_EQ(got, want);
+  s = Stream({}, &replies, kWriteBuffer);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << s.error_message();
+  EXPECT_THAT(s.error_message(), HasSubstr("no chunk"));
 }
 
 }  // namespace
