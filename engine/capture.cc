@@ -71,8 +71,25 @@ absl::Status CaptureRecord::RecordLaunch(std::shared_ptr<Program> program, std::
   }
   call.added_variables = added.size();
   variables_.insert(variables_.end(), added.begin(), added.end());
-  calls_.push_back(std::move(call));
+  Add(std::move(call));
   return absl::OkStatus();
+}
+
+uint64_t CaptureRecord::HostBytes(const RecordedCall& call) {
+  uint64_t bytes = sizeof(RecordedCall) + call.args.capacity() * sizeof(RecordedArg);
+  auto expression = [&bytes](const Expression& e) { bytes += e.nodes().capacity() * sizeof(Expression::Node); };
+  for (const RecordedArg& arg : call.args)
+    if (const Expression* e = std::get_if<Expression>(&arg)) expression(*e);
+  for (int d = 0; d < 3; ++d) {
+    expression(call.global[d]);
+    expression(call.local[d]);
+  }
+  return bytes + call.added_variables * sizeof(VariableDecl);
+}
+
+void CaptureRecord::Add(RecordedCall call) {
+  host_bytes_ += HostBytes(call);
+  calls_.push_back(std::move(call));
 }
 
 absl::Status CaptureRecord::RecordCopy(RecordedView dst, RecordedView src) {
@@ -80,13 +97,14 @@ absl::Status CaptureRecord::RecordCopy(RecordedView dst, RecordedView src) {
   RecordedCall call;
   call.args.push_back(std::move(dst));
   call.args.push_back(std::move(src));
-  calls_.push_back(std::move(call));
+  Add(std::move(call));
   return absl::OkStatus();
 }
 
 void CaptureRecord::ForgetLast() {
   if (calls_.empty()) return;
   variables_.resize(variables_.size() - calls_.back().added_variables);
+  host_bytes_ -= HostBytes(calls_.back());
   calls_.pop_back();
 }
 

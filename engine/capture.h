@@ -81,6 +81,9 @@ class CaptureRecord {
   void ForgetLast();
 
   size_t call_count() const { return calls_.size(); }
+  // The daemon's memory the recorded calls hold, as counted against the tenant's
+  // host_bytes quota while the capture is open.
+  uint64_t host_bytes() const { return host_bytes_; }
   const std::vector<VariableDecl>& variables() const { return variables_; }
 
   // The graph of the calls recorded, with the record's variables. Parameter slots come
@@ -97,6 +100,8 @@ class CaptureRecord {
     std::array<Expression, 3> local{Expression::Constant(1), Expression::Constant(1), Expression::Constant(1)};
     size_t added_variables = 0;  // the record's last variables, new with this call
   };
+  static uint64_t HostBytes(const RecordedCall& call);
+  void Add(RecordedCall call);
 
   CaptureRecord(std::vector<std::shared_ptr<DeviceBuffer>> inputs, std::vector<VariableDecl> variables)
       : inputs_(std::move(inputs)), variables_(std::move(variables)) {}
@@ -108,6 +113,7 @@ class CaptureRecord {
   absl::flat_hash_set<const DeviceBuffer*> born_;     // allocated while open
   absl::flat_hash_set<const DeviceBuffer*> dropped_;  // born, then freed while open
   std::vector<RecordedCall> calls_;
+  uint64_t host_bytes_ = 0;  // summed over calls_
 };
 
 }  // namespace replayd

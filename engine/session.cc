@@ -40,7 +40,7 @@ void DeviceSession::CloseLocked() {
   lost_ = context_->health();
   // Wait for submitted work before its memory goes.
   context_->Synchronize().IgnoreError();
-  capture_.reset();
+  DropCapture();
   env_.account->Release(Resource::kGraphs, graphs_.size());
   env_.account->Release(Resource::kPrograms, programs_.size());
   env_.account->Release(Resource::kSessions, 1);
@@ -255,14 +255,40 @@ absl::StatusOr<LaunchResult> DeviceSession::Launch(const LaunchOp& op) {
                                                 PadDims(op.local), bound->variables);
         !s.ok())
       return s;
+    if (absl::Status s = ChargeCapture(); !s.ok()) {
+      capture_->ForgetLast();
+      return s;
+    }
   }
   absl::StatusOr<std::optional<absl::Duration>> time =
       context_->Launch(*(*program)->kernel, args, *global, *local, op.wait);
   if (!time.ok()) {
-    if (capture_) capture_->ForgetLast();  // recorded, then refused by the device
+    ForgetLastRecorded();  // recorded, then refused by the device
     return time.status();
   }
   return LaunchResult{*time};
+}
+
+absl::Status DeviceSession::ChargeCapture() {
+  const uint64_t bytes = capture_ ? capture_->host_bytes() : 0;
+  if (bytes > capture_charged_) {
+    if (absl::Status s = env_.account->Reserve(Resource::kHostMemory, bytes - capture_charged_); !s.ok()) return s;
+  } else {
+    env_.account->Release(Resource::kHostMemory, capture_charged_ - bytes);
+  }
+  capture_charged_ = bytes;
+  return absl::OkStatus();
+}
+
+void DeviceSession::ForgetLastRecorded() {
+  if (!capture_) return;
+  capture_->ForgetLast();
+  ChargeCapture().IgnoreError();  // gives back: cannot fail
+}
+
+void DeviceSession::DropCapture() {
+  capture_.reset();
+  ChargeCapture().IgnoreError();  // gives back: cannot fail
 }
 
 absl::StatusOr<std::vector<RecordedArg>> DeviceSession::RecordedArgs(const LaunchOp& op) const {
@@ -313,12 +339,16 @@ absl::StatusOr<LaunchResult> DeviceSession::CopyBuffer(const CopyOp& op) {
   if (!turn.ok()) return turn.status();
   if (capture_) {
     if (absl::Status s = capture_->RecordCopy({buffers[0], op.dst}, {buffers[1], op.src}); !s.ok()) return s;
+    if (absl::Status s = ChargeCapture(); !s.ok()) {
+      capture_->ForgetLast();
+      return s;
+    }
   }
   absl::StatusOr<std::optional<absl::Duration>> time =
       SubmitCopy(*context_, buffers[0]->allocation.address + ranges[0].first,
                  buffers[1]->allocation.address + ranges[1].first, *bytes, op.wait);
   if (!time.ok()) {
-    if (capture_) capture_->ForgetLast();  // recorded, then refused by the device
+    ForgetLastRecorded();  // recorded, then refused by the device
     return time.status();
   }
   return LaunchResult{*time};
@@ -345,7 +375,7 @@ absl::StatusOr<GraphInfo> DeviceSession::EndCapture(const std::vector<Handle>& o
   if (absl::Status s = CheckOpen(); !s.ok()) return s;
   if (!capture_) return absl::FailedPreconditionError("no capture is open in this session");
   if (discard) {
-    capture_.reset();
+    DropCapture();
     return GraphInfo();
   }
   if (capture_->call_count() == 0)
@@ -353,7 +383,7 @@ absl::StatusOr<GraphInfo> DeviceSession::EndCapture(const std::vector<Handle>& o
   absl::StatusOr<std::vector<std::shared_ptr<DeviceBuffer>>> output_buffers = FindBuffers(outputs);
   if (!output_buffers.ok()) return output_buffers.status();
   absl::StatusOr<GraphInfo> info = AddGraph(capture_->ToGraph(*output_buffers));
-  if (info.ok()) capture_.reset();
+  if (info.ok()) DropCapture();
   return info;
 }
 

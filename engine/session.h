@@ -170,6 +170,13 @@ class DeviceSession {
  private:
   void CloseLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status CheckOpen() const ABSL_SHARED_LOCKS_REQUIRED(mu_);
+  // Counts the open capture's record (or none) against the tenant's host_bytes quota, as
+  // it grows and shrinks: RESOURCE_EXHAUSTED, with the count unchanged, past the quota.
+  absl::Status ChargeCapture() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Forgets the call recorded last (the device refused it), if a capture is open.
+  void ForgetLastRecorded() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Closes the capture and gives back what its record held.
+  void DropCapture() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::StatusOr<std::shared_ptr<DeviceBuffer>> FindBuffer(Handle buffer) const ABSL_SHARED_LOCKS_REQUIRED(mu_);
   absl::Status PackArgs(const Kernel& kernel, const LaunchOp& op, std::span<const VariableDecl> variables,
                         std::span<const int64_t> values, std::vector<ArgValue>& out) const
@@ -195,6 +202,7 @@ class DeviceSession {
   // Why the context was lost, when it was by the close (an executor died); read then, as
   // the device may be gone by the time a holder of the closed session asks.
   absl::Status lost_ ABSL_GUARDED_BY(mu_);
+  uint64_t capture_charged_ ABSL_GUARDED_BY(mu_) = 0;  // host_bytes the open capture holds
   // Read without the lock (by the admin's report while work runs); written under it.
   std::atomic<uint64_t> memory_in_use_ = 0;
   std::atomic<size_t> program_count_ = 0, graph_count_ = 0;

@@ -595,10 +595,10 @@ TEST_F(SessionTest, GraphInstancesHoldTheirHostMemoryAgainstTheTenantsQuota) {
   absl::StatusOr<GraphInfo> refused = capture_other();
   EXPECT_EQ(refused.status().code(), absl::StatusCode::kResourceExhausted) << refused.status();
   EXPECT_THAT(std::string(refused.status().message()), HasSubstr("host_bytes"));
-  EXPECT_EQ(Used(account_, Resource::kHostMemory), one) << "the refusal holds nothing";
   EXPECT_EQ(session_->graph_count(), 1u);
   EXPECT_EQ(graph_cache_.stats().graphs, 1u);
   ASSERT_OK(session_->EndCapture({}, /*discard=*/true).status());
+  EXPECT_EQ(Used(account_, Resource::kHostMemory), one) << "the refusal holds nothing once its record is gone";
   // Freed, the first instance is held only by the cache, which lets it go for the second.
   ASSERT_OK(session_->FreeGraph(first.handle));
   EXPECT_EQ(Used(account_, Resource::kHostMemory), one) << "still cached";
@@ -612,6 +612,35 @@ TEST_F(SessionTest, GraphInstancesHoldTheirHostMemoryAgainstTheTenantsQuota) {
   EXPECT_EQ(Decode(r.reads[0]), Plus(input_, 7 + 2));
   EXPECT_TRUE(session_->TryClose());
   EXPECT_EQ(Used(account_, Resource::kHostMemory), 0u) << "the session's instances went with it";
+}
+
+// An open capture's record counts against host_bytes as it grows: a launch whose record
+// would pass the quota is refused and not run, and the record's bytes come back when the
+// capture ends.
+TEST_F(SessionTest, AnOpenCapturesRecordHoldsItsHostMemoryAgainstTheQuota) {
+  ASSERT_OK_AND_ASSIGN(Handle add, Load("add", AddSignature()));
+  ASSERT_OK_AND_ASSIGN(Handle in, Buffer(input_));
+  ASSERT_OK_AND_ASSIGN(Handle out, Buffer());
+  ASSERT_OK(session_->BeginCapture({in}, {kK}));
+  ASSERT_OK(session_->Launch(AddVar(add, out, in, 1)).status());
+  const uint64_t one = Used(account_, Resource::kHostMemory);
+  EXPECT_GT(one, 0u) << "one recorded call";
+  Quotas quotas{};
+  quotas[static_cast<size_t>(Resource::kHostMemory)] = 3 * one;
+  account_.set_quotas(quotas);
+  absl::Status refused;
+  int recorded = 1;
+  while (refused.ok() && recorded < 100) {
+    refused = session_->Launch(AddVar(add, out, in, 1)).status();
+    if (refused.ok()) ++recorded;
+  }
+  EXPECT_EQ(refused.code(), absl::StatusCode::kResourceExhausted) << refused;
+  EXPECT_THAT(std::string(refused.message()), HasSubstr("host_bytes"));
+  EXPECT_GE(recorded, 2);
+  EXPECT_LE(Used(account_, Resource::kHostMemory), 3 * one);
+  EXPECT_EQ(device_.counts().launches, recorded) << "the refused launch did not run";
+  ASSERT_OK(session_->EndCapture({}, /*discard=*/true).status());
+  EXPECT_EQ(Used(account_, Resource::kHostMemory), 0u);
 }
 
 TEST_F(SessionTest, ASequenceStopsAtItsCallbacksError) {
