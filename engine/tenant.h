@@ -27,7 +27,8 @@ enum class Resource {
   kGraphs,    // graph handles
   kQueued,    // work items waiting for a device
   // Bytes of the daemon's own memory held for the tenant: its graph instances (cached or
-  // held by handles: the graph, its nodes, its key, the drivers' copies of its nodes).
+  // held by handles: the graph, its nodes, its key, the drivers' copies of its nodes) and
+  // its open captures' records.
   kHostMemory,
 };
 inline constexpr size_t kResourceCount = 6;
