@@ -174,6 +174,9 @@ TEST_P(KilledClientTest, FreesEverythingAfterTheLeaseAndOthersCarryOn) {
   ASSERT_GT(child.pid(), 0);
   ASSERT_TRUE(AwaitText(out, "ready")) << ReadText(out);
   absl::SleepFor(absl::Milliseconds(200));  // well into its work
+  ASSERT_OK_AND_ASSIGN(const Held during, HeldBy(admin));
+  EXPECT_EQ(during.sessions.size(), 2u);  // the bystander's and the client's
+  EXPECT_LT(during.free_memory, baseline.free_memory);
   ASSERT_EQ(waitpid(child.pid(), nullptr, WNOHANG), 0) << "the client ended by itself: " << ReadText(out);
   EXPECT_EQ(child.Stop(SIGKILL), -1);
 
@@ -184,14 +187,16 @@ TEST_P(KilledClientTest, FreesEverythingAfterTheLeaseAndOthersCarryOn) {
   EXPECT_OK(bystander.Stop());
   ASSERT_OK_AND_ASSIGN(const auto after, AwaitOnly(admin, {}));
   ExpectBaseline(after.first, baseline);
-  std::printf("killed %s client: freed %.2f s after the kill (lease %d s); the bystander checked %llu replays\n",
-              GetParam(), absl::ToDoubleSeconds(left.second), kLeaseSeconds,
-              static_cast<unsigned long long>(bystander.checked()));
+  std::printf(
+      "killed %s client (%llu bytes held with the bystander's): freed %.2f s after the kill (lease %d s); "
+      "the bystander checked %llu replays\n",
+      GetParam(), static_cast<unsigned long long>(baseline.free_memory - during.free_memory),
+      absl::ToDoubleSeconds(left.second), kLeaseSeconds, static_cast<unsigned long long>(bystander.checked()));
 }
 
 INSTANTIATE_TEST_SUITE_P(MidStreamSequenceAndWrite, KilledClientTest, ::testing::Values("stream", "sequence", "write"));
 
-// A cache directory that refuses writes. Mode 0555 does for a user; root passes over mode
+// A cache directory that refuses writes. Mode 0500 does for a user; root passes over mode
 // bits, so as root the directory is made immutable (chattr +i), which fails every write
 // in it with EPERM. Undone when the object goes.
 class UnwritableDirectory {
