@@ -1,14 +1,21 @@
 #include "engine/compile_cache.h"
 
 #include <openssl/evp.h>
+#include <signal.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <chrono>
+#include <cstring>
+#include <utility>
 
 #include "absl/strings/escaping.h"
 #include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/strip.h"
+#include "spdlog/spdlog.h"
 
 namespace replayd {
 namespace {
@@ -150,11 +157,15 @@ absl::StatusOr<CompiledArtifact> CompileCache::GetOrCompile(Device& device,
     Touch(artifact.key, artifact.path, ec ? 0 : bytes);
     return artifact;
   }
-  std::filesystem::path temp;
   {
     absl::MutexLock l(&mu_);
-    temp = dir_ / absl::StrCat(kTempPrefix, artifact.key, "-", getpid(), "-", temp_counter_++);
+    if (auto it = unstored_.find(artifact.key); it != unstored_.end() && std::filesystem::is_regular_file(it->second, ec)) {
+      artifact.cache_hit = true;
+      artifact.path = it->second;
+      return artifact;
+    }
   }
+  const std::filesystem::path temp = TempPath(options_.scratch_dir.empty() ? dir_ : options_.scratch_dir, artifact.key);
   auto start = std::chrono::steady_clock::now();
   absl::Status compiled = device.Compile(source, temp);
   artifact.compile_time = absl::FromChrono(std::chrono::steady_clock::now() - start);
@@ -162,25 +173,99 @@ absl::StatusOr<CompiledArtifact> CompileCache::GetOrCompile(Device& device,
     std::filesystem::remove(temp, ec);
     return compiled;
   }
-  std::filesystem::rename(temp, artifact.path, ec);
-  if (ec) {
-    std::filesystem::remove(temp, ec);
-    return absl::InternalError(
-        absl::StrCat("cannot store artifact ", artifact.path.string(), ": ", ec.message()));
-  }
-  const uint64_t bytes = std::filesystem::file_size(artifact.path, ec);
-  Touch(artifact.key, artifact.path, ec ? 0 : bytes);
+  if (absl::Status s = Store(temp, artifact); !s.ok()) return s;
   return artifact;
+}
+
+std::filesystem::path CompileCache::TempPath(const std::filesystem::path& dir, const std::string& key) {
+  absl::MutexLock l(&mu_);
+  return dir / absl::StrCat(kTempPrefix, key, "-", getpid(), "-", temp_counter_++);
+}
+
+absl::Status CompileCache::Store(const std::filesystem::path& temp, CompiledArtifact& artifact) {
+  std::error_code ec;
+  std::filesystem::rename(temp, artifact.path, ec);
+  if (ec == std::errc::cross_device_link) {
+    // The scratch directory is on another file system: a copy beside the artifact, renamed.
+    const std::filesystem::path copy = TempPath(dir_, artifact.key);
+    std::filesystem::copy_file(temp, copy, ec);
+    if (!ec) std::filesystem::rename(copy, artifact.path, ec);
+    std::error_code ignored;
+    if (ec) std::filesystem::remove(copy, ignored);
+    if (!ec) std::filesystem::remove(temp, ignored);
+  }
+  if (!ec) {
+    const uint64_t bytes = std::filesystem::file_size(artifact.path, ec);
+    Touch(artifact.key, artifact.path, ec ? 0 : bytes);
+    absl::MutexLock lock(&mu_);
+    if (std::exchange(store_failing_, false)) spdlog::info("compile cache {} stores artifacts again", dir_.string());
+    return absl::OkStatus();
+  }
+  std::error_code ignored;
+  if (options_.scratch_dir.empty()) {
+    std::filesystem::remove(temp, ignored);
+    return absl::InternalError(absl::StrCat("cannot store artifact ", artifact.path.string(), ": ", ec.message()));
+  }
+  const std::filesystem::path kept = options_.scratch_dir / absl::StrCat(artifact.key, kArtifactSuffix);
+  std::filesystem::rename(temp, kept, ignored);
+  if (ignored) {
+    std::filesystem::remove(temp, ignored);
+    return absl::InternalError(absl::StrCat("cannot keep artifact ", kept.string(), ": ", ignored.message()));
+  }
+  artifact.path = kept;
+  absl::MutexLock lock(&mu_);
+  unstored_[artifact.key] = kept;
+  if (!std::exchange(store_failing_, true))
+    spdlog::warn("compile cache {} cannot store artifacts ({}): compiled programs are kept in {} until the daemon "
+                 "stops and compiled again after a restart",
+                 dir_.string(), ec.message(), options_.scratch_dir.string());
+  return absl::OkStatus();
 }
 
 void CompileCache::Invalidate(const std::string& key) {
   std::error_code ec;
   std::filesystem::remove(dir_ / absl::StrCat(key, kArtifactSuffix), ec);
   absl::MutexLock lock(&mu_);
+  if (auto it = unstored_.find(key); it != unstored_.end()) {
+    std::filesystem::remove(it->second, ec);
+    unstored_.erase(it);
+  }
   if (auto it = entries_.find(key); it != entries_.end()) {
     bytes_ -= it->second.bytes;
     entries_.erase(it);
   }
+}
+
+absl::StatusOr<std::unique_ptr<ScratchDirectory>> ScratchDirectory::Make(absl::string_view prefix) {
+  std::error_code ec;
+  const std::filesystem::path temp = std::filesystem::temp_directory_path(ec);
+  if (ec) return absl::InternalError(absl::StrCat("no temporary directory: ", ec.message()));
+  RemoveOrphans(temp, prefix);
+  std::string pattern = (temp / absl::StrCat(prefix, "-", getpid(), "-XXXXXX")).string();
+  if (mkdtemp(pattern.data()) == nullptr)
+    return absl::InternalError(absl::StrCat("cannot make a directory ", pattern, ": ", std::strerror(errno)));
+  return std::unique_ptr<ScratchDirectory>(new ScratchDirectory(pattern));
+}
+
+void ScratchDirectory::RemoveOrphans(const std::filesystem::path& temp, absl::string_view prefix) {
+  std::error_code ec;
+  for (const auto& entry : std::filesystem::directory_iterator(temp, ec)) {
+    const std::string filename = entry.path().filename().string();
+    absl::string_view name = filename;
+    if (!absl::ConsumePrefix(&name, absl::StrCat(prefix, "-"))) continue;
+    pid_t pid = 0;
+    struct stat st;
+    if (!absl::SimpleAtoi(name.substr(0, name.find('-')), &pid) || pid <= 0) continue;
+    if (lstat(entry.path().c_str(), &st) != 0 || !S_ISDIR(st.st_mode) || st.st_uid != geteuid()) continue;
+    if (kill(pid, 0) == 0 || errno != ESRCH) continue;  // its process is alive (or not ours to ask)
+    std::error_code ignored;
+    std::filesystem::remove_all(entry.path(), ignored);
+  }
+}
+
+ScratchDirectory::~ScratchDirectory() {
+  std::error_code ignored;
+  std::filesystem::remove_all(path_, ignored);
 }
 
 }  // namespace replayd

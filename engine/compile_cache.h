@@ -7,6 +7,12 @@
 // this process they are coalesced; across processes the last rename wins, and both
 // artifacts are equivalent) are safe.
 //
+// With a scratch directory, compiles are written there and then stored in the cache (a
+// rename, or a copy and a rename across file systems). A cache directory that cannot
+// take an artifact (read-only, full) does not fail the compile: the artifact stays in the
+// scratch directory for this process's life, the cache says so in one log line (and in
+// one more when it stores again), and a restarted daemon compiles the program again.
+//
 // The cache is bounded: past `max_bytes` of artifacts the least recently used are
 // removed (their programs stay loaded; a later load compiles them again), except those
 // used within `keep_recent`, so that a load right after its compile finds its file.
@@ -41,6 +47,28 @@ struct CompiledArtifact {
 struct CompileCacheOptions {
   uint64_t max_bytes = uint64_t{1} << 30;           // artifacts kept on disk at most
   absl::Duration keep_recent = absl::Seconds(60);  // never evicted within this of a use
+  // Where compiles are written before they are stored, and artifacts the cache directory
+  // cannot take are kept; empty: the cache directory itself, which must then be writable.
+  std::filesystem::path scratch_dir;
+};
+
+// A directory of this process's own (mode 0700) under the system's temporary directory,
+// PREFIX-PID-XXXXXX, removed with everything in it when the object goes: a CompileCache's
+// scratch directory. Those of this user's processes that have ended without removing
+// theirs (killed) are removed when a new one is made.
+class ScratchDirectory {
+ public:
+  // INTERNAL when the directory cannot be made.
+  static absl::StatusOr<std::unique_ptr<ScratchDirectory>> Make(absl::string_view prefix);
+  ~ScratchDirectory();
+  ScratchDirectory(const ScratchDirectory&) = delete;
+  ScratchDirectory& operator=(const ScratchDirectory&) = delete;
+  const std::filesystem::path& path() const { return path_; }
+
+ private:
+  explicit ScratchDirectory(std::filesystem::path path) : path_(std::move(path)) {}
+  static void RemoveOrphans(const std::filesystem::path& temp, absl::string_view prefix);
+  const std::filesystem::path path_;
 };
 
 struct CompileCacheStats {
@@ -81,6 +109,11 @@ class CompileCache {
   // Removes least recently used artifacts, not used within keep_recent, until the cache
   // is within max_bytes.
   void Evict() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Moves the compiled `temp` to `artifact.path`; when the cache directory cannot take it,
+  // keeps it in the scratch directory and points `artifact.path` there.
+  absl::Status Store(const std::filesystem::path& temp, CompiledArtifact& artifact);
+  // A temporary name in `dir` for the artifact `key`.
+  std::filesystem::path TempPath(const std::filesystem::path& dir, const std::string& key);
 
   const std::filesystem::path dir_;
   const CompileCacheOptions options_;
@@ -90,6 +123,10 @@ class CompileCache {
   uint64_t evictions_ ABSL_GUARDED_BY(mu_) = 0;
   absl::flat_hash_map<std::string, std::weak_ptr<absl::Mutex>> key_locks_ ABSL_GUARDED_BY(mu_);
   uint64_t temp_counter_ ABSL_GUARDED_BY(mu_) = 0;
+  // Artifacts kept in the scratch directory by key, and whether the last store failed
+  // (what the log has said).
+  absl::flat_hash_map<std::string, std::filesystem::path> unstored_ ABSL_GUARDED_BY(mu_);
+  bool store_failing_ ABSL_GUARDED_BY(mu_) = false;
 };
 
 }  // namespace replayd

@@ -1,5 +1,7 @@
 #include "engine/session.h"
 
+#include "spdlog/spdlog.h"
+
 #include <chrono>
 #include <limits>
 
@@ -145,6 +147,8 @@ absl::StatusOr<ProgramInfo> DeviceSession::LoadProgram(const ProgramSource& sour
   absl::StatusOr<std::unique_ptr<Kernel>> kernel = context_->Load(source, artifact->path);
   if (!kernel.ok() && artifact->cache_hit) {
     // An artifact that no longer loads (a foreign or damaged file): build it anew once.
+    spdlog::warn("program {} (entry '{}'): its cached artifact does not load ({}): compiling it again", artifact->key,
+                 source.entry, std::string(kernel.status().message()));
     env_.compile_cache->Invalidate(artifact->key);
     artifact = env_.compile_cache->GetOrCompile(*env_.device, source);
     if (!artifact.ok()) return artifact.status();

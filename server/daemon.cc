@@ -71,10 +71,12 @@ absl::StatusOr<std::unique_ptr<Device>> WithExecutors(std::unique_ptr<CpuDevice>
   if (!cage.empty() && access(cage.c_str(), X_OK) != 0)
     return absl::FailedPreconditionError(
         absl::StrCat("compiler cage ", cage.string(), " cannot be run: ", std::strerror(errno)));
-  // The executor reads artifacts from the compile cache and no other file of its own.
+  // The executor reads artifacts from the compile cache and its scratch directory, and no
+  // other file of its own.
   std::error_code ec;
   const std::filesystem::path artifacts = std::filesystem::weakly_canonical(options.engine.cache_dir, ec);
   executor.device_args = {"--device=cpu", absl::StrCat("--artifacts=", (ec ? options.engine.cache_dir : artifacts).string()),
+                          absl::StrCat("--artifacts=", options.engine.compile_cache.scratch_dir.string()),
                           absl::StrCat("--memory_limit=", device->info().total_memory),
                           absl::StrCat("--threads=", options.cpu.threads)};
   executor.command_timeout = options.tenant_defaults.max_launch;
@@ -112,6 +114,9 @@ absl::StatusOr<std::vector<std::unique_ptr<Device>>> DiscoverDevices(const std::
 }
 
 absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(DaemonOptions options) {
+  absl::StatusOr<std::unique_ptr<ScratchDirectory>> scratch = ScratchDirectory::Make("replayd-compile");
+  if (!scratch.ok()) return scratch.status();
+  options.engine.compile_cache.scratch_dir = (*scratch)->path();
   std::vector<std::unique_ptr<Device>> devices;
   std::vector<const executor::ExecutorDevice*> executors;  // for the metrics
   for (const std::string& kind : options.devices) {
@@ -136,6 +141,7 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(DaemonOptions options) {
     }
   }
   std::unique_ptr<Daemon> daemon(new Daemon());
+  daemon->scratch_ = std::move(*scratch);
   if (options.tenants_file.empty()) {
     daemon->auth_ = std::make_unique<Authenticator>(options.tenant_defaults);
   } else {

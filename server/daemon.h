@@ -114,6 +114,8 @@ class Daemon {
   // Stops accepting calls, gives calls in flight until `deadline`, then cancels them.
   void Shutdown(absl::Time deadline);
 
+  // Where programs are compiled (engine/compile_cache.h): removed after everything else.
+  std::unique_ptr<ScratchDirectory> scratch_;
   std::unique_ptr<Authenticator> auth_;
   std::unique_ptr<Engine> engine_;
   std::unique_ptr<Health> health_;

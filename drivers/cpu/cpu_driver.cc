@@ -1,6 +1,7 @@
 #include "drivers/cpu/cpu_driver.h"
 
 #include <dlfcn.h>
+#include <elf.h>
 #include <sys/mman.h>
 #include <sys/utsname.h>
 #include <unistd.h>
@@ -16,9 +17,30 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
 #include "drivers/cpu/trampoline.h"
+#include "drivers/elf_image.h"
 
 namespace replayd {
 namespace {
+
+#if defined(__x86_64__)
+constexpr uint16_t kHostElfMachine = EM_X86_64;
+#elif defined(__aarch64__)
+constexpr uint16_t kHostElfMachine = EM_AARCH64;
+#else
+#error "cpu-c artifacts are checked for x86_64 and aarch64 hosts only"
+#endif
+
+// OK when the artifact at `path` is a whole shared object for this host: one cut short
+// (a full disk, a crash, a hand) must not reach dlopen, which maps the segments its
+// headers describe and faults (SIGBUS) on the pages past the file's end.
+absl::Status CheckArtifact(const std::filesystem::path& path) {
+  std::ifstream file(path, std::ios::binary);
+  const std::string image((std::istreambuf_iterator<char>(file)), std::istreambuf_iterator<char>());
+  if (!file && !file.eof()) return absl::InternalError(absl::StrCat("cannot read ", path.string()));
+  if (absl::Status s = CheckElfImage(image, kHostElfMachine, "cpu-c artifact"); !s.ok())
+    return absl::InternalError(absl::StrCat("cannot load ", path.string(), ": ", s.message()));
+  return absl::OkStatus();
+}
 
 using Entry = void (*)(const long long* args, int core_id);
 
@@ -203,6 +225,7 @@ class CpuContext : public Context {
 
   absl::StatusOr<std::unique_ptr<Kernel>> Load(const ProgramSource& source,
                                                const std::filesystem::path& artifact) override {
+    if (absl::Status s = CheckArtifact(artifact); !s.ok()) return s;
     void* handle = dlopen(artifact.c_str(), RTLD_NOW | RTLD_LOCAL);
     if (!handle) {
       const char* err = dlerror();

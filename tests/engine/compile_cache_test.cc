@@ -186,7 +186,7 @@ bool Stored(const CompileCache& cache, const ProgramSource& s) {
 TEST(CompileCacheTest, IsBoundedByBytesAndEvictsTheLeastRecentlyUsed) {
   TempDir dir;
   CountingDevice device;
-  auto cache = CompileCache::Open(dir.path(), {/*max_bytes=*/3000, /*keep_recent=*/absl::ZeroDuration()});
+  auto cache = CompileCache::Open(dir.path(), {/*max_bytes=*/3000, /*keep_recent=*/absl::ZeroDuration(), /*scratch_dir=*/{}});
   ASSERT_TRUE(cache.ok()) << cache.status();
   const ProgramSource a = SourceOfBytes('a', 1000), b = SourceOfBytes('b', 1000), c = SourceOfBytes('c', 1000),
                       d = SourceOfBytes('d', 1000);
@@ -213,7 +213,7 @@ TEST(CompileCacheTest, IsBoundedByBytesAndEvictsTheLeastRecentlyUsed) {
 TEST(CompileCacheTest, ArtifactsInRecentUseStayPastTheBound) {
   TempDir dir;
   CountingDevice device;
-  auto cache = CompileCache::Open(dir.path(), {/*max_bytes=*/1500, /*keep_recent=*/absl::Hours(1)});
+  auto cache = CompileCache::Open(dir.path(), {/*max_bytes=*/1500, /*keep_recent=*/absl::Hours(1), /*scratch_dir=*/{}});
   ASSERT_TRUE(cache.ok()) << cache.status();
   for (char tag : {'a', 'b', 'c'}) ASSERT_TRUE((*cache)->GetOrCompile(device, SourceOfBytes(tag, 1000)).ok());
   EXPECT_EQ((*cache)->stats().evictions, 0u) << "a load right after its compile must find its file";
@@ -231,11 +231,40 @@ TEST(CompileCacheTest, AReopenedCacheIndexesItsArtifactsAndKeepsTheBound) {
       std::this_thread::sleep_for(std::chrono::milliseconds(5));
     }
   }
-  auto reopened = CompileCache::Open(dir.path(), {/*max_bytes=*/1500, /*keep_recent=*/absl::ZeroDuration()});
+  auto reopened = CompileCache::Open(dir.path(), {/*max_bytes=*/1500, /*keep_recent=*/absl::ZeroDuration(), /*scratch_dir=*/{}});
   ASSERT_TRUE(reopened.ok()) << reopened.status();
   EXPECT_EQ((*reopened)->stats().artifacts, 1u);
   EXPECT_EQ((*reopened)->stats().evictions, 2u);
   EXPECT_TRUE(Stored(**reopened, SourceOfBytes('c', 1000))) << "the most recently used stays";
+}
+
+// With a scratch directory, compiles are written there and stored in the cache; one the
+// cache cannot take (here a directory stands where its file would go) stays in the
+// scratch directory, loads from there, and is found there by the next GetOrCompile.
+TEST(CompileCacheTest, StoresFromTheScratchDirectoryOrKeepsTheArtifactThere) {
+  TempDir dir, scratch;
+  CountingDevice device;
+  auto cache = CompileCache::Open(dir.path() / "cache", {uint64_t{1} << 30, absl::Seconds(60), scratch.path()});
+  ASSERT_TRUE(cache.ok()) << cache.status();
+  const ProgramSource stored = SourceOfBytes('s', 100), blocked = SourceOfBytes('b', 100);
+  auto first = (*cache)->GetOrCompile(device, stored);
+  ASSERT_TRUE(first.ok()) << first.status();
+  EXPECT_EQ(first->path.parent_path(), dir.path() / "cache");
+  EXPECT_TRUE(Stored(**cache, stored));
+  EXPECT_TRUE(std::filesystem::is_empty(scratch.path()));
+
+  std::filesystem::create_directories((*cache)->dir() / (CompileKey(blocked, "fake-target") + ".artifact") / "x");
+  auto kept = (*cache)->GetOrCompile(device, blocked);
+  ASSERT_TRUE(kept.ok()) << kept.status();
+  EXPECT_FALSE(kept->cache_hit);
+  EXPECT_EQ(kept->path.parent_path(), scratch.path());
+  std::ifstream file(kept->path);
+  EXPECT_EQ(std::string(std::istreambuf_iterator<char>(file), {}), blocked.code);
+  auto again = (*cache)->GetOrCompile(device, blocked);
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_TRUE(again->cache_hit);
+  EXPECT_EQ(again->path, kept->path);
+  EXPECT_EQ(device.compiles, 2);
 }
 
 }  // namespace

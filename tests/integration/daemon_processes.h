@@ -44,11 +44,12 @@ class DaemonProcesses {
     }
   }
 
-  // Starts replayd serving cpu with `flags` and waits until it says SERVING;
-  // ADD_FAILURE (with its log) when it does not.
-  DaemonProcess Start(const std::vector<std::string>& flags) {
+  // Starts replayd serving cpu with `flags` on `address` (empty: a free port) and waits
+  // until it says SERVING; ADD_FAILURE (with its log) when it does not. Every daemon
+  // started here shares one compile cache directory.
+  DaemonProcess Start(const std::vector<std::string>& flags, const std::string& address = "") {
     DaemonProcess d;
-    d.address = absl::StrCat("127.0.0.1:", FreePort());
+    d.address = address.empty() ? absl::StrCat("127.0.0.1:", FreePort()) : address;
     d.log = dir_.path() / absl::StrCat("replayd-", pids_.size() + 1, ".log");
     std::vector<std::string> argv = {REPLAYD_BINARY, "--listen=" + d.address, "--devices=cpu",
                                      "--cache_dir=" + (dir_.path() / "cache").string()};

@@ -13,6 +13,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "client/client.h"
+#include "tests/integration/affine_work.h"
 #include "tests/integration/daemon_fixture.h"
 #include "tests/integration/daemon_processes.h"
 #include "tests/support/child_process.h"
@@ -24,80 +25,12 @@ namespace {
 using ServingStatus = grpc::health::v1::HealthCheckResponse::ServingStatus;
 using grpc::health::v1::HealthCheckResponse;
 
-constexpr int kN = 256;
-const Variable kPos{"pos", 0, 1 << 20, 1};
-
 class DrainTest : public ::testing::Test {
  protected:
   DaemonProcess Start(const std::vector<std::string>& flags) { return daemons_.Start(flags); }
   static void AwaitNotServing(const std::string& address) { DaemonProcesses::AwaitNotServing(address); }
 
   DaemonProcesses daemons_;
-};
-
-// One session's work: a captured graph, out = in * 2 + pos over kN floats with in = 0, 1,
-// 2, ..., replayed over the session's stream with `out` read back.
-class Work {
- public:
-  static absl::StatusOr<std::unique_ptr<Work>> Begin(Client& client) {
-    absl::StatusOr<Session> session = client.OpenSession("cpu:0");
-    if (!session.ok()) return session.status();
-    auto work = std::unique_ptr<Work>(new Work(std::move(*session)));
-    if (absl::Status s = work->Prepare(); !s.ok()) return s;
-    return work;
-  }
-
-  std::future<absl::StatusOr<ReplayResult>> ReplayAsync(int64_t pos) {
-    return session_.ReplayAsync(graph_, {&in_, &out_, pos}, true, {View{&out_}});
-  }
-
-  // OK when `result` holds out for `pos`; else what differs.
-  static absl::Status Check(const absl::StatusOr<ReplayResult>& result, int64_t pos) {
-    if (!result.ok()) return result.status();
-    if (result->reads.size() != 1 || result->reads[0].size() != kN * sizeof(float))
-      return absl::InternalError("the replay read back the wrong bytes");
-    std::vector<float> out(kN);
-    std::memcpy(out.data(), result->reads[0].data(), kN * sizeof(float));
-    for (int i = 0; i < kN; ++i)
-      if (out[i] != static_cast<float>(2 * i + pos))
-        return absl::InternalError(absl::StrCat("pos ", pos, ": out[", i, "] is ", out[i]));
-    return absl::OkStatus();
-  }
-
-  absl::Status ReplayAndCheck(int64_t pos) { return Check(ReplayAsync(pos).get(), pos); }
-  absl::Status Close() { return session_.Close(); }
-
- private:
-  explicit Work(Session session) : session_(std::move(session)) {}
-
-  absl::Status Prepare() {
-    absl::StatusOr<Program> affine =
-        session_.Load({"cpu-c", kAffineSource, "affine", *ParseSignature("out,in,int32,int32"), {}});
-    absl::StatusOr<Buffer> in = session_.Alloc(kN * 4), out = session_.Alloc(kN * 4);
-    if (!affine.ok()) return affine.status();
-    if (!in.ok()) return in.status();
-    if (!out.ok()) return out.status();
-    affine_ = std::move(*affine);
-    in_ = std::move(*in);
-    out_ = std::move(*out);
-    std::vector<float> ramp(kN);
-    for (int i = 0; i < kN; ++i) ramp[i] = static_cast<float>(i);
-    if (absl::Status s = session_.WriteVector(in_, ramp); !s.ok()) return s;
-    if (absl::Status s = session_.BeginCapture({&in_}, {kPos}); !s.ok()) return s;
-    LaunchSpec spec;
-    spec.args = {View{&out_}, View{&in_}, int64_t{kN}, Expr{"pos"}};
-    spec.variables = {{kPos, 0}};
-    if (absl::Status s = session_.Launch(affine_, spec).status(); !s.ok()) return s;
-    absl::StatusOr<Graph> graph = session_.EndCapture({&out_});
-    if (!graph.ok()) return graph.status();
-    graph_ = std::move(*graph);
-    return absl::OkStatus();
-  }
-
-  Session session_;
-  Program affine_;
-  Buffer in_, out_;
-  Graph graph_;
 };
 
 // OpenSession on a draining daemon: UNAVAILABLE, a message that says why and what to do,

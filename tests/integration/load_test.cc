@@ -14,8 +14,6 @@
 #include <gmock/gmock.h>
 
 #include <atomic>
-#include <fstream>
-#include <map>
 #include <random>
 #include <thread>
 
@@ -23,6 +21,7 @@
 #include "absl/strings/str_split.h"
 #include "tests/integration/daemon_fixture.h"
 #include "tests/integration/daemon_processes.h"
+#include "tests/support/process_footprint.h"
 #include "tests/support/status_macros.h"
 
 namespace replayd::client {
@@ -35,67 +34,6 @@ int64_t EnvInt(const char* name, int64_t fallback) {
   const char* v = std::getenv(name);
   int64_t n = 0;
   return v && absl::SimpleAtoi(v, &n) ? n : fallback;
-}
-
-// What a process and its children hold: resident bytes and threads, from /proc.
-struct Footprint {
-  uint64_t rss_bytes = 0;
-  int64_t threads = 0;
-  int processes = 0;
-};
-
-void AddProcess(pid_t pid, Footprint& f) {
-  std::ifstream status(absl::StrCat("/proc/", pid, "/status"));
-  std::string line;
-  bool seen = false;
-  while (std::getline(status, line)) {
-    std::vector<std::string> words = absl::StrSplit(line, absl::ByAnyChar(" \t"), absl::SkipEmpty());
-    if (words.size() < 2) continue;
-    int64_t n = 0;
-    if (words[0] == "VmRSS:" && absl::SimpleAtoi(words[1], &n)) f.rss_bytes += static_cast<uint64_t>(n) * 1024;
-    if (words[0] == "Threads:" && absl::SimpleAtoi(words[1], &n)) f.threads += n;
-    seen = true;
-  }
-  if (!seen) return;
-  ++f.processes;
-  // Its children (the executors, a compiler running): /proc/<pid>/task/<tid>/children.
-  for (const auto& task : std::filesystem::directory_iterator(absl::StrCat("/proc/", pid, "/task"))) {
-    std::ifstream children(task.path() / "children");
-    pid_t child = 0;
-    while (children >> child) AddProcess(child, f);
-  }
-}
-
-// The threads of `pid` by name ("grpcpp_sync_ser" x 12, ...), for a failure's message.
-std::string ThreadNames(pid_t pid) {
-  std::map<std::string, int> names;
-  for (const auto& task : std::filesystem::directory_iterator(absl::StrCat("/proc/", pid, "/task"))) {
-    std::ifstream comm(task.path() / "comm");
-    std::string name;
-    std::getline(comm, name);
-    ++names[name];
-  }
-  std::string out;
-  for (const auto& [name, n] : names) absl::StrAppend(&out, out.empty() ? "" : ", ", name, " x ", n);
-  return out;
-}
-
-Footprint FootprintOf(pid_t pid) {
-  Footprint f;
-  AddProcess(pid, f);
-  return f;
-}
-
-// The footprint once the threads a burst of calls started have ended: the Session
-// stream's workers (server/worker_pool.h) end after 10 s idle. Polled until the thread
-// count is at most `threads`, for at most 20 s.
-Footprint Settled(pid_t pid, int64_t threads) {
-  Footprint f = FootprintOf(pid);
-  for (const absl::Time end = absl::Now() + absl::Seconds(20); f.threads > threads && absl::Now() < end;) {
-    absl::SleepFor(absl::Milliseconds(100));
-    f = FootprintOf(pid);
-  }
-  return f;
 }
 
 // The chain the clients capture: out = ((in * 2 + pos) * 2 + pos + 1) * 2 + 2 * pos.
