@@ -27,6 +27,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
+#include "drivers/device_memory.h"
 
 namespace replayd {
 
@@ -188,7 +189,7 @@ class Context {
 
 // Where a context's device work runs.
 enum class Isolation {
-  kProcess,  // in a process of the tenant's own, where the device supports it (cpu)
+  kProcess,  // in a process of the tenant's own, where the device supports it (cpu, cuda)
   kShared,   // in the daemon's process, beside every other tenant: for trusted tenants
 };
 
@@ -210,6 +211,13 @@ class Device {
   virtual const DeviceInfo& info() const = 0;
   // Bytes currently allocated by all contexts of this device.
   virtual uint64_t memory_in_use() const = 0;
+  // The device's memory account, where every context of it reserves before it
+  // allocates; a device that wraps another (the executor device) shares the wrapped one's.
+  virtual DeviceMemory& memory() = 0;
+  // OK while this process can still use the device; once it never can again (a CUDA
+  // sticky error loses every context of the process), the cause. An executor hosting the
+  // device then ends, so its tenant's next context starts a fresh process.
+  virtual absl::Status health() const { return absl::OkStatus(); }
 
   // Compiles `source` into an artifact written at `output` (a fresh path the caller
   // renames into the compile cache). INVALID_ARGUMENT carrying the compiler's

@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <sstream>
@@ -51,11 +52,23 @@ absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> ServerCredentials(const
   return grpc::SslServerCredentials(ssl);
 }
 
-// A cpu device served through executors: a tenant's contexts run in a process of the
-// tenant's own, or in the daemon's process when its policy is Isolation::kShared; both kinds
-// of context draw on the device's one memory account.
-absl::StatusOr<std::unique_ptr<Device>> WithExecutors(std::unique_ptr<CpuDevice> device,
-                                                      const DaemonOptions& options) {
+// What a GPU executor keeps of the daemon's environment: where the vendor's driver is,
+// and which devices are visible in which order (so that cuda:N is the same device in
+// both processes).
+constexpr const char* kGpuEnvironment[] = {"LD_LIBRARY_PATH", "CUDA_VISIBLE_DEVICES", "CUDA_DEVICE_ORDER",
+                                           "CUDA_CACHE_PATH", "CUDA_CACHE_DISABLE"};
+
+// A device served through executors: a tenant's contexts run in a process of the tenant's
+// own, or in the daemon's process when its policy is Isolation::kShared; both kinds of
+// context draw on the device's one memory account. cpu and cuda devices are; others are
+// served in the daemon's process only, and returned as they are.
+absl::StatusOr<std::unique_ptr<Device>> WithExecutors(std::unique_ptr<Device> device, const DaemonOptions& options) {
+  const DeviceKind kind = device->info().kind;
+  if (kind != DeviceKind::kCpu && kind != DeviceKind::kCuda) {
+    spdlog::warn("{}: every tenant's work runs in the daemon's process: executors host cpu and cuda devices only",
+                 device->info().id);
+    return device;
+  }
   executor::ExecutorOptions executor;
   executor.binary = options.executor_binary;
   if (executor.binary.empty()) {
@@ -67,23 +80,31 @@ absl::StatusOr<std::unique_ptr<Device>> WithExecutors(std::unique_ptr<CpuDevice>
   if (access(executor.binary.c_str(), X_OK) != 0)
     return absl::FailedPreconditionError(absl::StrCat("executor program ", executor.binary.string(),
                                                       " cannot be run: ", std::strerror(errno)));
-  const std::filesystem::path& cage = options.cpu.compiler.cage;
-  if (!cage.empty() && access(cage.c_str(), X_OK) != 0)
-    return absl::FailedPreconditionError(
-        absl::StrCat("compiler cage ", cage.string(), " cannot be run: ", std::strerror(errno)));
-  // The executor reads artifacts from the compile cache and its scratch directory, and no
-  // other file of its own.
-  std::error_code ec;
-  const std::filesystem::path artifacts = std::filesystem::weakly_canonical(options.engine.cache_dir, ec);
-  executor.device_args = {"--device=cpu", absl::StrCat("--artifacts=", (ec ? options.engine.cache_dir : artifacts).string()),
-                          absl::StrCat("--artifacts=", options.engine.compile_cache.scratch_dir.string()),
-                          absl::StrCat("--memory_limit=", device->info().total_memory),
-                          absl::StrCat("--threads=", options.cpu.threads)};
+  if (kind == DeviceKind::kCpu) {
+    const std::filesystem::path& cage = options.cpu.compiler.cage;
+    if (!cage.empty() && access(cage.c_str(), X_OK) != 0)
+      return absl::FailedPreconditionError(
+          absl::StrCat("compiler cage ", cage.string(), " cannot be run: ", std::strerror(errno)));
+    // The executor reads artifacts from the compile cache and its scratch directory, and
+    // no other file of its own.
+    std::error_code ec;
+    const std::filesystem::path artifacts = std::filesystem::weakly_canonical(options.engine.cache_dir, ec);
+    executor.device_args = {"--device=cpu",
+                            absl::StrCat("--artifacts=", (ec ? options.engine.cache_dir : artifacts).string()),
+                            absl::StrCat("--artifacts=", options.engine.compile_cache.scratch_dir.string()),
+                            absl::StrCat("--memory_limit=", device->info().total_memory),
+                            absl::StrCat("--threads=", options.cpu.threads)};
+  } else {
+    const std::string& id = device->info().id;  // cuda:N, N the driver's ordinal
+    executor.device_args = {"--device=cuda", absl::StrCat("--ordinal=", id.substr(id.find(':') + 1)),
+                            absl::StrCat("--staging_bytes=", options.cuda.staging_bytes)};
+    for (const char* name : kGpuEnvironment)
+      if (const char* value = std::getenv(name)) executor.environment.push_back(absl::StrCat(name, "=", value));
+  }
   executor.command_timeout = options.tenant_defaults.max_launch;
   spdlog::info("{}: tenants run in executors ({}) unless their isolation is shared; default isolation {}",
                device->info().id, executor.binary.string(), std::string(IsolationName(options.tenant_defaults.isolation)));
-  DeviceMemory& memory = device->memory();
-  return std::unique_ptr<Device>(std::make_unique<executor::ExecutorDevice>(std::move(device), memory, executor));
+  return std::unique_ptr<Device>(std::make_unique<executor::ExecutorDevice>(std::move(device), executor));
 }
 
 }  // namespace
@@ -125,19 +146,11 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(DaemonOptions options) {
     for (auto& d : *found) {
       spdlog::info("device {}: {} ({} bytes, {})", d->info().id, d->info().name, d->info().total_memory,
                    d->info().driver_version);
-      if (d->info().kind == DeviceKind::kCpu) {
-        // CpuDriver makes CpuDevices.
-        absl::StatusOr<std::unique_ptr<Device>> served =
-            WithExecutors(std::unique_ptr<CpuDevice>(static_cast<CpuDevice*>(d.release())), options);
-        if (!served.ok()) return served.status();
-        executors.push_back(static_cast<const executor::ExecutorDevice*>(served->get()));
-        d = std::move(*served);
-      } else {
-        spdlog::warn("{}: every tenant's work runs in the daemon's process: executors host cpu devices only in "
-                     "this release",
-                     d->info().id);
-      }
-      devices.push_back(std::move(d));
+      const Device* bare = d.get();
+      absl::StatusOr<std::unique_ptr<Device>> served = WithExecutors(std::move(d), options);
+      if (!served.ok()) return served.status();
+      if (served->get() != bare) executors.push_back(static_cast<const executor::ExecutorDevice*>(served->get()));
+      devices.push_back(*std::move(served));
     }
   }
   std::unique_ptr<Daemon> daemon(new Daemon());

@@ -87,7 +87,7 @@ ABSL_FLAG(bool, cpu_batch_idle, true,
           "interactive requests get the CPU at once (needs CAP_SYS_NICE; off with a warning without it)");
 ABSL_FLAG(std::string, isolation, "process",
           "where a tenant's device work runs unless the tenants file says: process (a process of its own per "
-          "tenant and cpu device, so a faulting kernel ends only that process) or shared (the daemon's "
+          "tenant and cpu or cuda device, so a faulting kernel ends only that process) or shared (the daemon's "
           "process; trusted tenants only, untrusted ones run in a process of their own)");
 ABSL_FLAG(int, max_launch_seconds, 60,
           "unless the tenants file says: the longest one launch, replay or transfer may run in a tenant's "

@@ -40,7 +40,7 @@ class CpuDevice : public Device {
   absl::Status Compile(const ProgramSource& source, const std::filesystem::path& output) override;
   absl::StatusOr<std::unique_ptr<Context>> OpenContext(const ContextOptions& options) override;
 
-  DeviceMemory& memory() { return memory_; }
+  DeviceMemory& memory() override { return memory_; }
   ThreadPool& pool() { return pool_; }
 
   // The live allocations of every context of this device (they share one address space),

@@ -166,7 +166,9 @@ class CudaDevice : public Device {
   absl::StatusOr<std::unique_ptr<Context>> OpenContext(const ContextOptions& options) override;
 
   const CudaLibrary& cu() const { return *cu_; }
-  DeviceMemory& memory() { return memory_; }
+  DeviceMemory& memory() override { return memory_; }
+  // The sticky fault that ended this process's use of CUDA, if any.
+  absl::Status health() const override { return cu_->sticky_fault(); }
   const CudaDriverOptions& options() const { return options_; }
   // The primary context's fault: every session in it shares it.
   SharedFault& primary_fault() { return primary_fault_; }
@@ -403,7 +405,7 @@ absl::Status CudaContext::Check(CUresult r, absl::string_view what) {
   if (r != CUDA_ERROR_CONTEXT_IS_DESTROYED)  // the one fault that is this context's alone
     CudaLibrary::RecordStickyFault(absl::FailedPreconditionError(absl::StrCat(
       "cuda: a kernel fault on ", id, " (", what, ": ", text,
-      ") left every CUDA context of this daemon process unusable, as CUDA's sticky errors do; CUDA devices serve "
+      ") left every CUDA context of this process unusable, as CUDA's sticky errors do; CUDA devices serve "
       "again once replayd restarts")));
   if (!owns_ctx_)
     return device_->primary_fault().Fail(absl::FailedPreconditionError(
@@ -632,7 +634,9 @@ std::vector<std::unique_ptr<Device>> CudaDriver::Discover() {
   std::shared_ptr<CudaLibrary> cu = std::move(*loaded);
   std::shared_ptr<Nvrtc> nvrtc;
   cuda_c_unavailable_.clear();
-  if (absl::StatusOr<std::unique_ptr<Nvrtc>> n = Nvrtc::Load(); n.ok()) {
+  if (!options_.compile) {
+    cuda_c_unavailable_ = "not asked to compile";
+  } else if (absl::StatusOr<std::unique_ptr<Nvrtc>> n = Nvrtc::Load(); n.ok()) {
     nvrtc = std::move(*n);
   } else {
     cuda_c_unavailable_ = std::string(n.status().message());

@@ -36,6 +36,9 @@ struct CudaDriverOptions {
   // Bytes of each of a context's two pinned staging buffers: writes and reads go through
   // them in chunks of this size, one chunk copying while the next is filled.
   uint64_t staging_bytes = 1 << 20;
+  // Load NVRTC to compile cuda-c. An executor, which only loads what the daemon compiled,
+  // does without.
+  bool compile = true;
 };
 
 class CudaDriver : public Driver {

@@ -287,6 +287,7 @@ class ExecutorContext : public Context {
     return std::make_unique<ExecutorDeviceGraph>(executor_, link_, reply->value(), nodes);
   }
 
+  bool wants_edges() const override { return link_->wants_edges; }
   uint64_t address_space() const override { return executor_->address_space(); }
   absl::Status health() const override { return executor_->health(); }
 
@@ -308,6 +309,8 @@ const char* ExecutorDeathName(ExecutorDeath death) {
       return "timeout";
     case ExecutorDeath::kFailure:
       return "failure";
+    case ExecutorDeath::kDeviceLost:
+      return "device_lost";
   }
   return "failure";
 }
@@ -328,7 +331,10 @@ absl::StatusOr<std::shared_ptr<Executor>> Executor::Start(const ExecutorOptions&
   std::vector<char*> argv;
   for (std::string& a : args) argv.push_back(a.data());
   argv.push_back(nullptr);
-  char* envp[] = {nullptr};
+  std::vector<std::string> environment = options.environment;
+  std::vector<char*> envp;
+  for (std::string& e : environment) envp.push_back(e.data());
+  envp.push_back(nullptr);
 
   // The child gets the control channel as 3 and its socket end as 4, and nothing else.
   posix_spawn_file_actions_t actions;
@@ -346,7 +352,7 @@ absl::StatusOr<std::shared_ptr<Executor>> Executor::Start(const ExecutorOptions&
   posix_spawnattr_setsigmask(&attr, &none);
   posix_spawnattr_setsigdefault(&attr, &all);
   pid_t pid = 0;
-  const int err = posix_spawn(&pid, argv[0], &actions, &attr, argv.data(), envp);
+  const int err = posix_spawn(&pid, argv[0], &actions, &attr, argv.data(), envp.data());
   posix_spawn_file_actions_destroy(&actions);
   posix_spawnattr_destroy(&attr);
   close(sockets[1]);
@@ -456,6 +462,7 @@ absl::StatusOr<std::shared_ptr<Executor::Link>> Executor::OpenContext() {
   r.set_open_context(true);
   absl::StatusOr<Reply> reply = Call(*control_, r, "opening a context");
   if (!reply.ok()) return reply.status();
+  link->wants_edges = reply->wants_edges();
   return link;
 }
 
@@ -501,12 +508,14 @@ absl::Status Executor::Send(Link& link, Request& request, absl::string_view what
   if (in.size() > channel.data().size()) return absl::InternalError("a transfer larger than the executor channel's data area");
   request.SerializeToArray(message.data(), static_cast<int>(message.size()));
   if (!in.empty()) std::memcpy(channel.data().data(), in.data(), in.size());
+  // Named in flight before it is posted: the executor may end running it before
+  // PostRequest returns, and the supervisor then reaps it and names what it was doing.
+  if (link.pending.empty()) {
+    absl::MutexLock in_flight(&mu_);
+    in_flight_[&link] = std::string(what);
+  }
   const uint32_t seq = channel.PostRequest(size);
   link.pending.push_back({seq, std::string(what), absl::Now()});
-  if (link.pending.size() == 1) {
-    absl::MutexLock in_flight(&mu_);
-    in_flight_[&link] = link.pending.front().what;
-  }
   return absl::OkStatus();
 }
 
@@ -557,12 +566,16 @@ absl::Status Executor::Await(Link& link) {
     return health();
   }
   absl::Status s = StatusOf(link.reply);
+  if (link.reply.device_lost()) {
+    End(ExecutorDeath::kDeviceLost, absl::StrCat("lost its device while ", what, ": ", s.message()));
+    return health();
+  }
   if (!s.ok() && !link.reply.skipped()) link.failures.fetch_add(1, std::memory_order_relaxed);
   return s;
 }
 
-ExecutorDevice::ExecutorDevice(std::unique_ptr<Device> inner, DeviceMemory& memory, ExecutorOptions options)
-    : inner_(std::move(inner)), options_(std::move(options)), memory_(memory),
+ExecutorDevice::ExecutorDevice(std::unique_ptr<Device> inner, ExecutorOptions options)
+    : inner_(std::move(inner)), options_(std::move(options)), memory_(inner_->memory()),
       wake_fd_(eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)) {
   if (wake_fd_ >= 0) supervisor_ = std::thread([this] { Supervise(); });
 }

@@ -44,6 +44,9 @@ namespace replayd::executor {
 struct ExecutorOptions {
   std::filesystem::path binary;          // the replayd-executor program
   std::vector<std::string> device_args;  // how it makes its device: {"--device=cpu", ...}
+  // Its whole environment, "NAME=value" each: empty for a cpu executor; a GPU executor's
+  // says where the vendor's driver is and which devices are visible.
+  std::vector<std::string> environment;
   // Longest a command may run (a launch, a graph replay, a synchronize) before its
   // executor is killed, unless a context's options set their own (ContextOptions::max_launch).
   absl::Duration command_timeout = absl::Seconds(60);
@@ -56,9 +59,11 @@ enum class ExecutorDeath {
   kExit,     // exited by itself
   kTimeout,  // ended because a command ran past its time limit
   kFailure,  // ended because its channel failed or its reply did not parse
+  kDeviceLost,  // ended because it could no longer use its device (a CUDA sticky error)
 };
-inline constexpr size_t kExecutorDeathCount = 4;
-const char* ExecutorDeathName(ExecutorDeath death);  // "signal", "exit", "timeout", "failure"
+inline constexpr size_t kExecutorDeathCount = 5;
+// "signal", "exit", "timeout", "failure", "device_lost"
+const char* ExecutorDeathName(ExecutorDeath death);
 
 // The executors of one tenant on a device, counted since the device was made.
 struct ExecutorCounts {
@@ -90,6 +95,7 @@ class Executor {
     // nothing posted behind a failed command runs. A device graph whose launch may have
     // failed part-way sends every node at its next launch.
     std::atomic<uint64_t> failures{0};
+    bool wants_edges = false;  // the context's in the executor (Context::wants_edges), set as it opens
     explicit Link(Channel c) : channel(std::move(c)) {}
   };
 
@@ -189,13 +195,16 @@ class Executor {
 
 class ExecutorDevice : public Device {
  public:
-  // `memory` is the account `inner`'s own contexts draw on (CpuDevice::memory()):
-  // executors reserve there too, so the device's memory is one figure.
-  ExecutorDevice(std::unique_ptr<Device> inner, DeviceMemory& memory, ExecutorOptions options);
+  // Executors reserve in `inner`'s memory account, which its own contexts draw on, so
+  // the device's memory is one figure.
+  ExecutorDevice(std::unique_ptr<Device> inner, ExecutorOptions options);
   ~ExecutorDevice() override;
 
   const DeviceInfo& info() const override { return inner_->info(); }
   uint64_t memory_in_use() const override { return memory_.in_use(); }
+  DeviceMemory& memory() override { return memory_; }
+  // The daemon's own use of the device (its contexts with Isolation::kShared).
+  absl::Status health() const override { return inner_->health(); }
   absl::Status Compile(const ProgramSource& source, const std::filesystem::path& output) override {
     return inner_->Compile(source, output);
   }

@@ -1,23 +1,34 @@
 // replayd-executor: hosts one real device for one tenant, serving the daemon's commands on
 // the shared-memory control channel it inherits as descriptor 3; each context's channel
 // comes over the unix socket it inherits as descriptor 4. Started only by the daemon
-// (drivers/executor/executor_driver.cc), with an empty environment, no other descriptors
-// and a process group of its own. Before it makes its device it confines itself
-// (drivers/executor/sandbox.h): artifacts are read from --artifacts only, and the
-// address space is bounded by the device's memory and a margin. It ends when the daemon
+// (drivers/executor/executor_driver.cc), with no other descriptors, a process group of
+// its own and an empty environment (a GPU executor keeps the few variables that say where
+// the vendor's driver is and which devices are visible). Before it makes its device it
+// confines itself (drivers/executor/sandbox.h): a cpu executor reads artifacts from
+// --artifacts only and its address space is bounded by the device's memory and a margin;
+// a cuda executor gets the no-new-privileges and limit steps. It ends when the daemon
 // does.
 //
 //   replayd-executor --fd=3 --socket=4 --device=cpu --artifacts=DIR [--memory_limit=BYTES]
 //                    [--threads=N]
+//   replayd-executor --fd=3 --socket=4 --device=cuda --ordinal=N [--staging_bytes=BYTES]
+//
+// A cuda executor serves every context in the device's primary context, a stream each:
+// one CUDA context per tenant, whose fault ends only this process.
 #include <unistd.h>
 
 #include <cstdio>
 #include <cstdlib>
+#include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "drivers/cpu/cpu_driver.h"
+#ifdef REPLAYD_WITH_CUDA
+#include "drivers/cuda/cuda_driver.h"
+#endif
 #include "drivers/executor/channel.h"
 #include "drivers/executor/executor_server.h"
 #include "drivers/executor/sandbox.h"
@@ -36,6 +47,8 @@ int main(int argc, char** argv) {
   int fd = -1, socket = -1;
   std::string device;
   replayd::CpuDriverOptions cpu;
+  int ordinal = -1;
+  uint64_t staging_bytes = 0;
   replayd::executor::SandboxOptions sandbox;
   for (int i = 1; i < argc; ++i) {
     const std::string arg = argv[i];
@@ -55,25 +68,52 @@ int main(int argc, char** argv) {
       ok = absl::SimpleAtoi(v, &cpu.memory_limit);
     } else if (const char* v = value("--threads=")) {
       ok = absl::SimpleAtoi(v, &cpu.threads);
+    } else if (const char* v = value("--ordinal=")) {
+      ok = absl::SimpleAtoi(v, &ordinal) && ordinal >= 0;
+    } else if (const char* v = value("--staging_bytes=")) {
+      ok = absl::SimpleAtoi(v, &staging_bytes) && staging_bytes > 0;
     } else {
       ok = false;
     }
     if (!ok) return Fail("unknown or malformed argument " + arg);
   }
-  if (fd < 0 || socket < 0 || device != "cpu")
-    return Fail("usage: replayd-executor --fd=N --socket=N --device=cpu [--memory_limit=B] [--threads=N]");
+  const bool cuda = device == "cuda";
+  if (fd < 0 || socket < 0 || (device != "cpu" && !cuda) || (cuda && ordinal < 0))
+    return Fail("usage: replayd-executor --fd=N --socket=N --device=cpu [--memory_limit=B] [--threads=N] | "
+                "--device=cuda --ordinal=N [--staging_bytes=B]");
 
   absl::StatusOr<replayd::executor::Channel> channel = replayd::executor::Channel::Attach(fd);
   if (!channel.ok()) return Fail(std::string(channel.status().message()));
   // The device's memory, and room for the program, its threads' stacks and the artifacts.
   if (cpu.memory_limit > 0) sandbox.address_space = cpu.memory_limit + (uint64_t{4} << 30);
+  sandbox.host_kernels = !cuda;
   absl::StatusOr<replayd::executor::SandboxReport> confined = replayd::executor::Confine(sandbox);
   if (!confined.ok()) return Fail(std::string(confined.status().message()));
-  if (!confined->landlock) std::fprintf(stderr, "replayd-executor: no Landlock: file access is not confined\n");
-  // The executor compiles nothing: no compiler is run to describe the device.
-  cpu.compiler.compiler = "";
-  std::vector<std::unique_ptr<replayd::Device>> devices = replayd::CpuDriver(cpu).Discover();
-  if (devices.empty()) return Fail("no device");
-  replayd::executor::ExecutorServer server(*channel, socket, *devices.front());
+  if (!cuda && !confined->landlock)
+    std::fprintf(stderr, "replayd-executor: no Landlock: file access is not confined\n");
+
+  std::unique_ptr<replayd::Device> served;
+  if (cuda) {
+#ifdef REPLAYD_WITH_CUDA
+    replayd::CudaDriverOptions options;
+    options.context = replayd::CudaContextPolicy::kPrimary;
+    options.compile = false;
+    if (staging_bytes > 0) options.staging_bytes = staging_bytes;
+    replayd::CudaDriver driver(options);
+    const std::string id = "cuda:" + std::to_string(ordinal);
+    for (auto& d : driver.Discover())
+      if (d->info().id == id) served = std::move(d);
+    if (!served) return Fail(id + ": not found" + (driver.unavailable().empty() ? "" : ": " + driver.unavailable()));
+#else
+    return Fail("this build has no cuda driver");
+#endif
+  } else {
+    // The executor compiles nothing: no compiler is run to describe the device.
+    cpu.compiler.compiler = "";
+    std::vector<std::unique_ptr<replayd::Device>> devices = replayd::CpuDriver(cpu).Discover();
+    if (devices.empty()) return Fail("no device");
+    served = std::move(devices.front());
+  }
+  replayd::executor::ExecutorServer server(*channel, socket, *served);
   return server.Run(parent);
 }

@@ -15,30 +15,34 @@ int ExecutorServer::Run(pid_t parent) {
       control_,
       [&](const Request& request, bool&) {
         Reply reply;
-        absl::Status s = request.has_open_context() ? OpenContext(parent)
-                                                    : absl::InvalidArgumentError("executor: not a control command");
-        reply.set_code(static_cast<int>(s.code()));
-        reply.set_message(std::string(s.message()));
+        absl::StatusOr<bool> edges = request.has_open_context()
+                                         ? OpenContext(parent)
+                                         : absl::InvalidArgumentError("executor: not a control command");
+        reply.set_code(static_cast<int>(edges.status().code()));
+        reply.set_message(std::string(edges.status().message()));
+        if (edges.ok()) reply.set_wants_edges(*edges);
+        if (!edges.ok() && !device_.health().ok()) reply.set_device_lost(true);
         return reply;
       },
       gone);
   return ok ? 0 : 1;
 }
 
-absl::Status ExecutorServer::OpenContext(pid_t parent) {
+absl::StatusOr<bool> ExecutorServer::OpenContext(pid_t parent) {
   absl::StatusOr<int> fd = ReceiveFd(socket_);
   if (!fd.ok()) return fd.status();
   absl::StatusOr<Channel> channel = Channel::Attach(*fd);
   if (!channel.ok()) return channel.status();
   absl::StatusOr<std::unique_ptr<Context>> context = device_.OpenContext({});
   if (!context.ok()) return context.status();
+  const bool edges = (*context)->wants_edges();
   std::thread([channel = std::make_shared<Channel>(*std::move(channel)),
-               server = std::make_shared<ContextServer>(std::move(*context)), parent] {
+               server = std::make_shared<ContextServer>(device_, std::move(*context)), parent] {
     Serve(
         *channel, [&](const Request& request, bool& done) { return server->Handle(request, channel->data(), done); },
         [parent] { return getppid() != parent; });
   }).detach();
-  return absl::OkStatus();
+  return edges;
 }
 
 ContextServer::~ContextServer() {
@@ -56,7 +60,10 @@ Reply ContextServer::Handle(const Request& request, std::span<uint8_t> data, boo
     s = Run(request, data, reply);
   }
   reply.set_code(static_cast<int>(s.code()));
-  if (!s.ok()) reply.set_message(std::string(s.message()));
+  if (!s.ok()) {
+    reply.set_message(std::string(s.message()));
+    if (!device_.health().ok()) reply.set_device_lost(true);
+  }
   return reply;
 }
 

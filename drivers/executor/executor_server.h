@@ -31,13 +31,15 @@ namespace replayd::executor {
 template <typename Handle, typename Stop>
 bool Serve(Channel& channel, Handle handle, Stop stop);
 
-// One context on its own channel.
+// One context of `device` on its own channel.
 class ContextServer {
  public:
-  ContextServer(std::unique_ptr<Context> context) : context_(std::move(context)) {}
+  ContextServer(const Device& device, std::unique_ptr<Context> context)
+      : device_(device), context_(std::move(context)) {}
   ~ContextServer();
 
-  // Runs one command; `done` is set by close_context.
+  // Runs one command; `done` is set by close_context. A failure after which the process
+  // can no longer use the device (Device::health) is marked device_lost.
   Reply Handle(const Request& request, std::span<uint8_t> data, bool& done);
 
  private:
@@ -53,6 +55,7 @@ class ContextServer {
   absl::Status CheckInside(uint64_t address, uint64_t bytes) const;
   absl::StatusOr<const Kernel*> FindKernel(uint64_t id) const;
 
+  const Device& device_;
   std::unique_ptr<Context> context_;
   uint64_t next_id_ = 1;
   std::map<uint64_t, Allocation> allocations_;  // by address
@@ -71,7 +74,9 @@ class ExecutorServer {
   int Run(pid_t parent);
 
  private:
-  absl::Status OpenContext(pid_t parent);
+  // Opens a context on the channel whose descriptor comes next on the socket and serves
+  // it on a thread of its own; its Context::wants_edges.
+  absl::StatusOr<bool> OpenContext(pid_t parent);
 
   Channel& control_;
   const int socket_;

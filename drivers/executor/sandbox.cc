@@ -67,6 +67,7 @@ absl::Status ConfineSystemCalls() {
 
 absl::StatusOr<SandboxReport> Confine(const SandboxOptions& options) {
   if (absl::Status s = LimitProcess(options.address_space); !s.ok()) return SandboxError(s);
+  if (!options.host_kernels) return SandboxReport{};
   FileAccess files;
   files.readable = options.readable;
   files.readable.insert(files.readable.end(), std::begin(kSystemLibraryPaths), std::end(kSystemLibraryPaths));

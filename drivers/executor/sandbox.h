@@ -30,6 +30,11 @@ namespace replayd::executor {
 struct SandboxOptions {
   std::vector<std::filesystem::path> readable;  // beside the library directories
   uint64_t address_space = 0;                   // bytes; 0 leaves it unlimited
+  // Landlock and seccomp, for an executor whose kernels run on the host CPU (cpu). A GPU
+  // executor's kernels run on the GPU, and its vendor driver opens device files, maps
+  // and ioctls them as no filter here knows: it gets the no-new-privileges and limit
+  // steps only.
+  bool host_kernels = true;
 };
 
 struct SandboxReport {

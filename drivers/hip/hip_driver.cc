@@ -165,7 +165,7 @@ class HipDevice : public Device {
   const HipLibrary& hip() const { return *hip_; }
   int ordinal() const { return d_.ordinal; }
   bool graphs() const { return d_.graphs; }
-  DeviceMemory& memory() { return memory_; }
+  DeviceMemory& memory() override { return memory_; }
   const HipDriverOptions& options() const { return options_; }
 
   // The device's fault: sessions share its address space, so one fault is every session's.

@@ -18,6 +18,7 @@ class CountingDevice : public Device {
   CountingDevice() { info_.id = "fake:0"; info_.target = "fake-target"; }
   const DeviceInfo& info() const override { return info_; }
   uint64_t memory_in_use() const override { return 0; }
+  DeviceMemory& memory() override { return memory_; }
   absl::Status Compile(const ProgramSource& source, const std::filesystem::path& out) override {
     ++compiles;
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
@@ -30,6 +31,7 @@ class CountingDevice : public Device {
   }
   std::atomic<int> compiles{0};
   DeviceInfo info_;
+  DeviceMemory memory_{0};
 };
 
 ProgramSource Source(std::string code = "void k(void) {}") {

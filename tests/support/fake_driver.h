@@ -100,6 +100,9 @@ class FakeDevice : public Device {
     absl::MutexLock lock(&mu_);
     return in_use_;
   }
+  // The fake keeps its own count (in_use_, with its peak and its faults); this account
+  // is for a wrapping device, which the engine tests never make.
+  DeviceMemory& memory() override { return memory_; }
   // "Compiles" a program of format "fake" whose code names a kernel given to AddKernel:
   // the artifact is that name. Anything else is INVALID_ARGUMENT, as a compile error is.
   absl::Status Compile(const ProgramSource& source, const std::filesystem::path& output) override {
@@ -184,6 +187,7 @@ class FakeDevice : public Device {
   mutable absl::Mutex mu_;
   LiveAllocations live_;
   uint64_t in_use_ ABSL_GUARDED_BY(mu_) = 0;
+  DeviceMemory memory_{0};
   FakeCounts counts_ ABSL_GUARDED_BY(mu_);
   FakeFaults faults_;  // set by the test before the work it affects
   std::map<std::string, FakeKernelBody> bodies_;  // set before use

@@ -17,6 +17,7 @@
 #include <gmock/gmock.h>
 
 #include <cstring>
+#include <fstream>
 #include <numeric>
 
 #include "drivers/cuda/cuda_driver.h"
@@ -26,10 +27,12 @@
 #include "tests/support/fake_cuda/fake_cuda.h"
 #include "tests/support/graph_def.h"
 #include "tests/support/status_macros.h"
+#include "tests/support/tenants_file.h"
 
 namespace replayd::client {
 namespace {
 
+using ::testing::AllOf;
 using ::testing::Contains;
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
@@ -295,17 +298,23 @@ TEST_F(FakeCudaDriverTest, TheFakeRefusesAMemcpyNodeOffItsContextsAllocations) {
   ExpectNothingLeft();
 }
 
-// The daemon's CUDA context policy, named for test names.
+// Where the daemon runs a tenant's CUDA work, named for test names: in the daemon's
+// process with either CUDA context policy, or in an executor process of the tenant's own
+// (whose fake libcuda is its own: this process's fake then sees none of its objects).
 struct Policy {
   CudaContextPolicy context;
+  Isolation isolation;
   const char* name;
 };
 void PrintTo(const Policy& p, std::ostream* os) { *os << p.name; }
-const auto kPolicies = ::testing::Values(Policy{CudaContextPolicy::kSession, "session"},
-                                         Policy{CudaContextPolicy::kPrimary, "primary"});
+const auto kInDaemon = ::testing::Values(Policy{CudaContextPolicy::kSession, Isolation::kShared, "session"},
+                                         Policy{CudaContextPolicy::kPrimary, Isolation::kShared, "primary"});
+const auto kPolicies = ::testing::Values(Policy{CudaContextPolicy::kSession, Isolation::kShared, "session"},
+                                         Policy{CudaContextPolicy::kPrimary, Isolation::kShared, "primary"},
+                                         Policy{CudaContextPolicy::kSession, Isolation::kProcess, "executor"});
 std::string PolicyName(const ::testing::TestParamInfo<Policy>& info) { return info.param.name; }
 
-// A daemon on loopback serving cpu:0 and the fake's cuda:0, its CUDA contexts as the
+// A daemon on loopback serving cpu:0 and the fake's cuda:0, its CUDA work where the
 // parameter says.
 class FakeCudaDaemonTest : public DaemonFixture, public ::testing::WithParamInterface<Policy> {
  protected:
@@ -320,12 +329,16 @@ class FakeCudaDaemonTest : public DaemonFixture, public ::testing::WithParamInte
     options.adjust = [this](DaemonOptions& d) {
       d.devices = {"cpu", "cuda"};
       d.cuda.context = GetParam().context;
+      d.tenant_defaults.isolation = GetParam().isolation;
     };
     Start(options);
     if (HasFatalFailure()) return;
     auto session = client_->OpenSession("cuda:0");
     ASSERT_TRUE(session.ok()) << session.status();
     session_ = std::make_unique<Session>(std::move(*session));
+    if (GetParam().isolation == Isolation::kProcess) {
+      EXPECT_EQ(fake_.count("contexts"), 0) << "the session's CUDA context is its executor's, not the daemon's";
+    }
   }
 
   Buffer Alloc(uint64_t bytes) {
@@ -479,9 +492,10 @@ extern "C" __global__ void fault(float *x) {
 }
 )";
 
-// After a kernel fault every CUDA context of the process fails, new ones included, as an
-// H200 showed: the faulting session and the others answer FAILED_PRECONDITION, a new
-// CUDA session is UNAVAILABLE until the daemon restarts, and the CPU device serves on.
+// In the daemon's process (isolation shared), after a kernel fault every CUDA context of
+// the process fails, new ones included, as an H200 showed: the faulting session and the
+// others answer FAILED_PRECONDITION, a new CUDA session is UNAVAILABLE until the daemon
+// restarts, and the CPU device serves on.
 // Declared after the other suites (and value-parameterised like the one before it, so
 // that gtest registers it later) so that it runs last.
 class FakeCudaFaultTest : public FakeCudaDaemonTest {};
@@ -531,7 +545,83 @@ TEST_P(FakeCudaFaultTest, AKernelFaultEndsCudaServiceUntilTheDaemonRestarts) {
   EXPECT_EQ(got, std::vector<float>(kN, 4.0f));
 }
 
-INSTANTIATE_TEST_SUITE_P(Policies, FakeCudaFaultTest, kPolicies, PolicyName);
+INSTANTIATE_TEST_SUITE_P(Policies, FakeCudaFaultTest, kInDaemon, PolicyName);
+
+// In executors (the default), a kernel fault ends only its tenant's executor: the fake in
+// that process is poisoned as a GPU's whole process is, while the daemon's process, the
+// other tenant's executor and the tenant's next executor each have CUDA state of their own.
+class FakeCudaExecutorTest : public DaemonFixture {
+ protected:
+  void SetUp() override {
+    absl::StatusOr<FakeCuda> fake = FindFake();
+    if (!fake.ok()) GTEST_SKIP() << fake.status().message();
+    fake_ = *fake;
+    if (absl::Status s = CudaLibrary::sticky_fault(); !s.ok())
+      GTEST_SKIP() << "an earlier case of this process faulted, which ends CUDA service for the process: " << s;
+    fake_.reset();
+    const std::filesystem::path file = cache_.path() / "tenants.textproto";
+    std::ofstream(file) << TenantText("research", "research-token", "") << TenantText("prod", "prod-token", "");
+    Options options;
+    options.tenants_file = file;
+    options.adjust = [](DaemonOptions& d) {
+      d.devices = {"cpu", "cuda"};
+      d.tenant_defaults.isolation = Isolation::kProcess;
+    };
+    Start(options);
+  }
+  Client As(const std::string& token) {
+    ClientOptions o;
+    o.token = token;
+    return Client::Connect(daemon_->address(), o);
+  }
+  // Writes kN floats from `seed` to a buffer of `s`, copies them on the device to another
+  // and reads them back: what a tenant whose executor works sees.
+  void ExpectCopiesRight(Session& s, float seed) {
+    ASSERT_OK_AND_ASSIGN(Buffer in, s.Alloc(kN * 4));
+    ASSERT_OK_AND_ASSIGN(Buffer out, s.Alloc(kN * 4));
+    ASSERT_TRUE(s.WriteVector(in, Iota(kN, seed)).ok());
+    ASSERT_TRUE(s.Copy(View{&out}, View{&in}).ok());
+    ASSERT_OK_AND_ASSIGN(std::vector<float> got, s.ReadVector<float>(out, kN));
+    EXPECT_EQ(got, Iota(kN, seed));
+  }
+
+  FakeCuda fake_;
+};
+
+TEST_F(FakeCudaExecutorTest, AKernelFaultEndsOnlyItsTenantsExecutor) {
+  if (!Nvrtc::Load().ok()) GTEST_SKIP() << "no NVRTC to compile the faulting kernel";
+  Client research = As("research-token"), prod = As("prod-token");
+  ASSERT_OK_AND_ASSIGN(Session mine, research.OpenSession("cuda:0"));
+  ASSERT_OK_AND_ASSIGN(Session mine_too, research.OpenSession("cuda:0"));
+  ASSERT_OK_AND_ASSIGN(Session theirs, prod.OpenSession("cuda:0"));
+  ExpectCopiesRight(theirs, 1);
+  ExpectCopiesRight(mine_too, 2);
+  ASSERT_OK_AND_ASSIGN(Buffer held, mine.Alloc(1 << 20));
+  ASSERT_OK_AND_ASSIGN(Buffer also, mine_too.Alloc(64));
+  ASSERT_OK_AND_ASSIGN(Program fault,
+                       mine.Load(ProgramSpec{"cuda-c", kFaultSource, "fault", *ParseSignature("inout"), {}}));
+  absl::StatusOr<v1::LaunchReply> launched = mine.Launch(fault, {View{&held}}, {1, 1, 1}, {1, 1, 1}, /*wait=*/true);
+  ASSERT_EQ(launched.status().code(), absl::StatusCode::kFailedPrecondition) << launched.status();
+  EXPECT_THAT(std::string(launched.status().message()),
+              AllOf(HasSubstr("executor of tenant research on cuda:0 lost its device while running program"),
+                    HasSubstr("entry 'fault'"), HasSubstr("kernel fault")));
+  // The tenant's other session shared the executor, and says so.
+  absl::StatusOr<std::vector<float>> read = mine_too.ReadVector<float>(also, 1);
+  EXPECT_EQ(read.status().code(), absl::StatusCode::kFailedPrecondition) << read.status();
+
+  // The other tenant never noticed; the daemon's own CUDA state was never touched.
+  ExpectCopiesRight(theirs, 3);
+  EXPECT_TRUE(CudaLibrary::sticky_fault().ok());
+  EXPECT_EQ(fake_.count("faulted"), 0);
+  EXPECT_EQ(fake_.count("contexts"), 0);
+
+  // The tenant's next session runs in a fresh executor.
+  EXPECT_TRUE(mine.Close().ok());
+  EXPECT_TRUE(mine_too.Close().ok());
+  ASSERT_OK_AND_ASSIGN(Session again, research.OpenSession("cuda:0"));
+  ExpectCopiesRight(again, 4);
+}
+
 
 }  // namespace
 }  // namespace replayd::client

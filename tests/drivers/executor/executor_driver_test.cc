@@ -47,9 +47,7 @@ class ExecutorDriverTest : public ::testing::Test {
     options.device_args = {"--device=cpu", "--artifacts=" + dir_.path().string(),
                            absl::StrCat("--memory_limit=", kMemory), "--threads=2"};
     options.command_timeout = timeout;
-    auto inner = std::make_unique<CpuDevice>(cpu);
-    DeviceMemory& memory = inner->memory();
-    return std::make_unique<ExecutorDevice>(std::move(inner), memory, options);
+    return std::make_unique<ExecutorDevice>(std::make_unique<CpuDevice>(cpu), options);
   }
 
   // Compiles `code` in the daemon (as the engine does) and loads it in `context`.
