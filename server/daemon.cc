@@ -98,6 +98,7 @@ absl::StatusOr<std::unique_ptr<Device>> WithExecutors(std::unique_ptr<Device> de
     const std::string& id = device->info().id;  // cuda:N, N the driver's ordinal
     executor.device_args = {"--device=cuda", absl::StrCat("--ordinal=", id.substr(id.find(':') + 1)),
                             absl::StrCat("--staging_bytes=", options.cuda.staging_bytes)};
+    executor.own_bytes = options.cuda_executor_bytes;
     for (const char* name : kGpuEnvironment)
       if (const char* value = std::getenv(name)) executor.environment.push_back(absl::StrCat(name, "=", value));
   }

@@ -48,6 +48,8 @@ struct DaemonOptions {
   CpuDriverOptions cpu;
 #ifdef REPLAYD_WITH_CUDA
   CudaDriverOptions cuda;
+  // Device memory counted for each running CUDA executor's own CUDA context.
+  uint64_t cuda_executor_bytes = uint64_t{512} << 20;
 #endif
 #ifdef REPLAYD_WITH_HIP
   HipDriverOptions hip;

@@ -636,6 +636,10 @@ absl::StatusOr<std::unique_ptr<Context>> ExecutorDevice::OpenContext(const Conte
       absl::StatusOr<std::shared_ptr<Executor>> started =
           Executor::Start(options_, std::string(tenant), inner_->info().id, memory_, std::move(died));
       if (!started.ok()) return started.status();
+      if (options_.own_bytes > 0)
+        if (absl::Status s = (*started)->Reserve(options_.own_bytes); !s.ok())
+          return absl::Status(s.code(), absl::StrCat("an executor for tenant ", tenant, " needs ", options_.own_bytes,
+                                                     " bytes of its own: ", s.message()));
       {
         absl::MutexLock counts(&counts_mu_);
         ++counts_[std::string(tenant)].started;

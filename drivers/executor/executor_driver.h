@@ -50,6 +50,9 @@ struct ExecutorOptions {
   // Longest a command may run (a launch, a graph replay, a synchronize) before its
   // executor is killed, unless a context's options set their own (ContextOptions::max_launch).
   absl::Duration command_timeout = absl::Seconds(60);
+  // Device memory the executor holds itself, whatever its contexts allocate (a CUDA
+  // executor's CUDA context), reserved on the device's account while it runs.
+  uint64_t own_bytes = 0;
 };
 
 // Why an executor ended before its tenant's last context closed, as a few kinds (for the

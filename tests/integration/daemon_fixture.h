@@ -60,9 +60,15 @@ class DaemonFixture : public ::testing::Test {
     // time in the daemon's process (ctest's shared.* entries set this).
     d.executor_binary = REPLAYD_EXECUTOR_BINARY;
     d.cpu.compiler.cage = REPLAYD_CC_BINARY;  // every cpu-c compile in replayd-cc, as replayd does
+    // Binaries moved from where they were built (tests/gpu/pack.sh) say where they are.
+    if (const char* bin = std::getenv("REPLAYD_TEST_BIN_DIR")) {
+      d.executor_binary = std::filesystem::path(bin) / "replayd-executor";
+      d.cpu.compiler.cage = std::filesystem::path(bin) / "replayd-cc";
+    }
     if (const char* isolation = std::getenv("REPLAYD_TEST_ISOLATION"); isolation && std::string(isolation) == "shared")
       d.tenant_defaults.isolation = Isolation::kShared;
     if (options.adjust) options.adjust(d);
+    isolation_ = d.tenant_defaults.isolation;
     auto started = Daemon::Start(d);
     ASSERT_TRUE(started.ok()) << started.status();
     daemon_ = std::move(*started);
@@ -97,6 +103,7 @@ class DaemonFixture : public ::testing::Test {
   }
 
   TempDir cache_;
+  Isolation isolation_ = Isolation::kProcess;  // the tenants' default in the daemon started last
   std::unique_ptr<Daemon> daemon_;
   std::unique_ptr<Client> client_;
 };

@@ -560,12 +560,14 @@ class FakeCudaExecutorTest : public DaemonFixture {
       GTEST_SKIP() << "an earlier case of this process faulted, which ends CUDA service for the process: " << s;
     fake_.reset();
     const std::filesystem::path file = cache_.path() / "tenants.textproto";
-    std::ofstream(file) << TenantText("research", "research-token", "") << TenantText("prod", "prod-token", "");
+    std::ofstream(file) << TenantText("research", "research-token", "") << TenantText("prod", "prod-token", "")
+                        << TenantText("ops", "ops-token", "");
     Options options;
     options.tenants_file = file;
     options.adjust = [](DaemonOptions& d) {
       d.devices = {"cpu", "cuda"};
       d.tenant_defaults.isolation = Isolation::kProcess;
+      d.cuda_executor_bytes = kExecutorBytes;
     };
     Start(options);
   }
@@ -574,6 +576,15 @@ class FakeCudaExecutorTest : public DaemonFixture {
     o.token = token;
     return Client::Connect(daemon_->address(), o);
   }
+  uint64_t CudaFreeMemory(Client& c) {
+    absl::StatusOr<std::vector<v1::Device>> devices = c.ListDevices();
+    EXPECT_TRUE(devices.ok()) << devices.status();
+    for (const v1::Device& d : devices.ok() ? *devices : std::vector<v1::Device>())
+      if (d.id() == "cuda:0") return d.free_memory();
+    ADD_FAILURE() << "cuda:0 is not listed";
+    return 0;
+  }
+  static constexpr uint64_t kExecutorBytes = 400 << 20;  // of the fake's 1 GiB
   // Writes kN floats from `seed` to a buffer of `s`, copies them on the device to another
   // and reads them back: what a tenant whose executor works sees.
   void ExpectCopiesRight(Session& s, float seed) {
@@ -587,6 +598,32 @@ class FakeCudaExecutorTest : public DaemonFixture {
 
   FakeCuda fake_;
 };
+
+// A tenant's executor holds a CUDA context of its own, which the device's memory counts
+// while it runs (--cuda_executor_bytes): past what the device has, a tenant's first session
+// is refused, and an executor that ends gives its share back.
+TEST_F(FakeCudaExecutorTest, AnExecutorsOwnContextIsCountedAgainstTheDevice) {
+  Client research = As("research-token"), prod = As("prod-token"), ops = As("ops-token");
+  const uint64_t total = CudaFreeMemory(research);
+  ASSERT_EQ(total, uint64_t{1} << 30);
+  ASSERT_OK_AND_ASSIGN(Session mine, research.OpenSession("cuda:0"));
+  EXPECT_EQ(CudaFreeMemory(research), total - kExecutorBytes);
+  ASSERT_OK_AND_ASSIGN(Session mine_too, research.OpenSession("cuda:0"));
+  EXPECT_EQ(CudaFreeMemory(research), total - kExecutorBytes) << "one executor, one context, per tenant";
+  ASSERT_OK_AND_ASSIGN(Session theirs, prod.OpenSession("cuda:0"));
+  EXPECT_EQ(CudaFreeMemory(research), total - 2 * kExecutorBytes);
+  absl::StatusOr<Session> refused = ops.OpenSession("cuda:0");
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kResourceExhausted) << refused.status();
+  EXPECT_THAT(std::string(refused.status().message()), HasSubstr("an executor for tenant ops needs"));
+  ExpectCopiesRight(theirs, 1);
+  // research's last session closes: its executor ends, and ops's fits.
+  EXPECT_TRUE(mine_too.Close().ok());
+  EXPECT_EQ(CudaFreeMemory(research), total - 2 * kExecutorBytes);
+  EXPECT_TRUE(mine.Close().ok());
+  EXPECT_EQ(CudaFreeMemory(research), total - kExecutorBytes);
+  ASSERT_OK_AND_ASSIGN(Session ours, ops.OpenSession("cuda:0"));
+  ExpectCopiesRight(ours, 2);
+}
 
 TEST_F(FakeCudaExecutorTest, AKernelFaultEndsOnlyItsTenantsExecutor) {
   if (!Nvrtc::Load().ok()) GTEST_SKIP() << "no NVRTC to compile the faulting kernel";
