@@ -80,15 +80,13 @@ Channel::~Channel() {
 uint32_t Channel::PostRequest(uint64_t bytes) {
   ++posted_;
   header().request_bytes[posted_ % kSlots].store(bytes, std::memory_order_relaxed);
-  header().request_seq.store(posted_, std::memory_order_release);
-  Wake(header().request_seq);
+  Publish(header().request_seq, posted_, header().request_wanted);
   return posted_;
 }
 
 void Channel::PostReply(uint64_t bytes) {
   header().reply_bytes[taken_ % kSlots].store(bytes, std::memory_order_relaxed);
-  header().reply_seq.store(taken_, std::memory_order_release);
-  Wake(header().reply_seq);
+  Publish(header().reply_seq, taken_, header().reply_wanted);
 }
 
 absl::StatusOr<uint64_t> Channel::MessageLength(uint64_t bytes) const {
@@ -97,18 +95,28 @@ absl::StatusOr<uint64_t> Channel::MessageLength(uint64_t bytes) const {
   return bytes;
 }
 
-bool Channel::WaitChange(std::atomic<uint32_t>& word, uint32_t seen, absl::Duration timeout, int spins) {
+bool Channel::WaitChange(std::atomic<uint32_t>& word, uint32_t seen, absl::Duration timeout, int spins,
+                         std::atomic<uint64_t>& wanted, uint32_t want) {
   for (int i = 0; i < spins; ++i) {
     if (word.load(std::memory_order_acquire) != seen) return true;
     Relax();
   }
-  const struct timespec ts = absl::ToTimespec(timeout);
-  syscall(SYS_futex, reinterpret_cast<uint32_t*>(&word), FUTEX_WAIT, seen, &ts, nullptr, 0);
+  // Said before the last look (both sequentially consistent, as Publish's store and load
+  // are), so that either this sees the new number or the poster sees this and wakes it.
+  wanted.store(kSleeping | want, std::memory_order_seq_cst);
+  if (word.load(std::memory_order_seq_cst) == seen) {
+    const struct timespec ts = absl::ToTimespec(timeout);
+    syscall(SYS_futex, reinterpret_cast<uint32_t*>(&word), FUTEX_WAIT, seen, &ts, nullptr, 0);
+  }
+  wanted.store(0, std::memory_order_relaxed);
   return word.load(std::memory_order_acquire) != seen;
 }
 
-void Channel::Wake(std::atomic<uint32_t>& word) {
-  syscall(SYS_futex, reinterpret_cast<uint32_t*>(&word), FUTEX_WAKE, 1, nullptr, nullptr, 0);
+void Channel::Publish(std::atomic<uint32_t>& word, uint32_t seq, std::atomic<uint64_t>& wanted) {
+  word.store(seq, std::memory_order_seq_cst);
+  const uint64_t w = wanted.load(std::memory_order_seq_cst);
+  if ((w & kSleeping) != 0 && static_cast<int32_t>(seq - static_cast<uint32_t>(w)) >= 0)
+    syscall(SYS_futex, reinterpret_cast<uint32_t*>(&word), FUTEX_WAKE, 1, nullptr, nullptr, 0);
 }
 
 namespace {

@@ -9,7 +9,10 @@
 //
 // A waiter spins briefly before it sleeps, where its process may use more than one core:
 // a reply that comes within the spin costs no wake-up (a futex wake across the two cores
-// of a small VM costs tens of microseconds).
+// of a small VM costs tens of microseconds). A sleeper says which number it sleeps for,
+// and a poster wakes it only once that number has come: the executor busy with a launch
+// is not woken for the read posted behind it, nor the daemon for a launch's reply when
+// it sleeps for the read's.
 // Neither side trusts the other's lengths: every length is checked against its area.
 //
 // Thread safety: one thread at a time per side.
@@ -70,10 +73,14 @@ class Channel {
   static constexpr uint64_t kTotalBytes = kHeaderBytes + 2 * kSlots * kMessageBytes + kDataBytes;
   struct Header {
     alignas(64) std::atomic<uint32_t> request_seq;  // the last request posted
+    // The request the executor sleeps for, kSleeping | seq; 0 while it does not sleep.
+    std::atomic<uint64_t> request_wanted;
     alignas(64) std::atomic<uint32_t> reply_seq;    // the last request answered
+    std::atomic<uint64_t> reply_wanted;              // the reply the daemon sleeps for, the same way
     std::atomic<uint64_t> request_bytes[kSlots];
     std::atomic<uint64_t> reply_bytes[kSlots];
   };
+  static constexpr uint64_t kSleeping = uint64_t{1} << 32;
   Channel(int fd, uint8_t* base);
   Header& header() { return *reinterpret_cast<Header*>(base_); }
   // The message area of request `seq` (side 0) or of its reply (side 1).
@@ -81,8 +88,12 @@ class Channel {
     return {base_ + kHeaderBytes + (2 * (seq % kSlots) + side) * kMessageBytes, kMessageBytes};
   }
   // Waits until `word` differs from `seen`, spinning first; false once `timeout` passed.
-  static bool WaitChange(std::atomic<uint32_t>& word, uint32_t seen, absl::Duration timeout, int spins);
-  static void Wake(std::atomic<uint32_t>& word);
+  // Before it sleeps it stores kSleeping | `want` in `wanted` (and 0 after), which Publish
+  // reads.
+  static bool WaitChange(std::atomic<uint32_t>& word, uint32_t seen, absl::Duration timeout, int spins,
+                         std::atomic<uint64_t>& wanted, uint32_t want);
+  // Stores `seq` in `word` and wakes its sleeper if it sleeps for `seq` or an earlier number.
+  static void Publish(std::atomic<uint32_t>& word, uint32_t seq, std::atomic<uint64_t>& wanted);
   absl::StatusOr<uint64_t> MessageLength(uint64_t bytes) const;
 
   int fd_ = -1;
@@ -101,7 +112,9 @@ absl::StatusOr<uint64_t> Channel::AwaitReply(uint32_t seq, absl::Time deadline, 
     if (static_cast<int32_t>(answered - seq) >= 0) break;
     const absl::Duration left = deadline - absl::Now();
     if (left <= absl::ZeroDuration()) return absl::DeadlineExceededError("no reply before the deadline");
-    if (WaitChange(header().reply_seq, answered, std::min(left, absl::Milliseconds(20)), spins_)) continue;
+    if (WaitChange(header().reply_seq, answered, std::min(left, absl::Milliseconds(20)), spins_,
+                   header().reply_wanted, seq))
+      continue;
     if (stop()) return absl::UnavailableError("the executor is gone");
   }
   return MessageLength(header().reply_bytes[seq % kSlots].load(std::memory_order_relaxed));
@@ -110,7 +123,8 @@ absl::StatusOr<uint64_t> Channel::AwaitReply(uint32_t seq, absl::Time deadline, 
 template <typename Stop>
 absl::StatusOr<uint64_t> Channel::AwaitRequest(Stop stop) {
   while (header().request_seq.load(std::memory_order_acquire) == taken_) {
-    if (WaitChange(header().request_seq, taken_, absl::Seconds(1), spins_)) continue;
+    if (WaitChange(header().request_seq, taken_, absl::Seconds(1), spins_, header().request_wanted, taken_ + 1))
+      continue;
     if (stop()) return absl::UnavailableError("the daemon is gone");
   }
   ++taken_;

@@ -470,6 +470,17 @@ absl::StatusOr<Reply> Executor::Call(Link& link, Request& request, absl::string_
                                      std::span<const uint8_t> in, std::span<uint8_t> out) {
   absl::MutexLock lock(&link.mu);
   if (absl::Status s = Send(link, request, what, in, /*after_all=*/false); !s.ok()) return s;
+  // One sleep for this command's reply, not one per reply before it: those stay in their
+  // slots until more commands are posted. The wait ends no later than the oldest
+  // command's deadline, which Collect then enforces.
+  if (link.pending.size() > 1) {
+    const Link::Pending& oldest = link.pending.front();
+    const absl::Duration limit = absl::Nanoseconds(command_timeout_ns_.load(std::memory_order_relaxed));
+    link.channel
+        .AwaitReply(link.pending.back().seq, std::max(oldest.posted, link.answered) + limit,
+                    [&] { return Reaped(oldest.what) || !health().ok(); })
+        .IgnoreError();
+  }
   // The replies of the commands posted before this one, then its own.
   absl::Status earlier = Collect(link, 1);
   if (!health().ok()) return health();
