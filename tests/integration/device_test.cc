@@ -3,6 +3,7 @@
 // the kernels written in each program format the device accepts.
 #include <gmock/gmock.h>
 
+#include <fstream>
 #include <random>
 #include <thread>
 
@@ -10,6 +11,7 @@
 #include "tests/integration/daemon_fixture.h"
 #include "tests/support/graph_def.h"
 #include "tests/support/status_macros.h"
+#include "tests/support/tenants_file.h"
 #ifdef REPLAYD_WITH_CUDA
 #include "drivers/cuda/cuda_driver.h"
 #include "drivers/cuda/nvrtc.h"
@@ -140,15 +142,18 @@ constexpr uint64_t kCudaExecutorBytes = uint64_t{512} << 20;
 
 class DeviceTest : public DaemonFixture, public ::testing::WithParamInterface<DeviceCase> {
  protected:
+  // Every device kind, the case's CUDA context policy.
+  void Adjust(DaemonOptions& d) {
+    d.devices = absl::StrSplit(kKnownDeviceKinds, ',');
+#ifdef REPLAYD_WITH_CUDA
+    if (GetParam().primary_context) d.cuda.context = CudaContextPolicy::kPrimary;
+    d.cuda_executor_bytes = kCudaExecutorBytes;
+#endif
+  }
+
   void SetUp() override {
     Options options;
-    options.adjust = [this](DaemonOptions& d) {
-      d.devices = absl::StrSplit(kKnownDeviceKinds, ',');
-#ifdef REPLAYD_WITH_CUDA
-      if (GetParam().primary_context) d.cuda.context = CudaContextPolicy::kPrimary;
-      d.cuda_executor_bytes = kCudaExecutorBytes;
-#endif
-    };
+    options.adjust = [this](DaemonOptions& d) { Adjust(d); };
     Start(options);
     if (HasFatalFailure()) return;
     auto devices = client_->ListDevices();
@@ -468,80 +473,102 @@ TEST_P(DeviceTest, ABrokenProgramReturnsItsDiagnostics) {
 // sessions' and ones created later alike, answers it from then on (seen on an H200:
 // another session's cuModuleLoadDataEx and every later cuCtxCreate returned
 // CUDA_ERROR_ILLEGAL_ADDRESS, with both context policies).
-// - In an executor (isolation process, the default on cuda), that process is the
-//   tenant's alone: the faulting session and the tenant's other session answer
-//   FAILED_PRECONDITION naming the lost device, and the tenant's next session runs in a
+// Two tenants, research (whose kernel faults, in one of its two sessions) and prod:
+// - In an executor (isolation process, the default on cuda), that process is research's
+//   alone: both its sessions answer FAILED_PRECONDITION naming the lost device, prod's
+//   session computes right before and after, and research's next session runs in a
 //   fresh executor and computes right.
 // - In the daemon's process (isolation shared, and every HIP device), the faulting session
-//   says it faulted, the device's other sessions fail, new sessions are UNAVAILABLE until
-//   the daemon restarts, even once every session has closed.
+//   says it faulted, the device's other sessions (prod's too) fail, new sessions are
+//   UNAVAILABLE until the daemon restarts, even once every session has closed.
 // Either way the daemon and its other devices serve on. In the daemon's process every
 // later CUDA case of the same process fails after this one: ctest runs each case in a
 // process of its own, and tests/gpu/run.sh runs the fault cases apart.
 TEST_P(DeviceTest, AKernelFaultIsContainedToItsExecutorOrEndsTheDaemonsDeviceService) {
   if (!kernels_.no_fault_test.empty()) GTEST_SKIP() << kernels_.no_fault_test;
+  // Two tenants, both trusted so that either isolation applies to both.
+  session_.reset();
+  const std::filesystem::path file = cache_.path() / "tenants.textproto";
+  std::ofstream(file) << TenantText("research", "research-token", "  trusted: true\n")
+                      << TenantText("prod", "prod-token", "  trusted: true\n");
+  Options options;
+  options.tenants_file = file;
+  options.adjust = [this](DaemonOptions& d) { Adjust(d); };
+  Start(options);
+  if (HasFatalFailure()) return;
+  auto as = [this](const std::string& token) {
+    ClientOptions o;
+    o.token = token;
+    return Client::Connect(daemon_->address(), o);
+  };
+  Client research = as("research-token"), prod = as("prod-token");
   const bool executor = isolation_ == Isolation::kProcess && device_.id().starts_with("cuda:");
-  auto other = client_->OpenSession(device_.id());
-  ASSERT_TRUE(other.ok()) << other.status();
+  // out = a + a over kN elements in `s`, read back: what a session whose device works sees.
+  auto expect_add_right = [&](Session& s, float x) {
+    ASSERT_OK_AND_ASSIGN(Program add, s.Load(kernels_.add));
+    ASSERT_OK_AND_ASSIGN(Buffer a, s.Alloc(kN * 4));
+    ASSERT_OK_AND_ASSIGN(Buffer out, s.Alloc(kN * 4));
+    ASSERT_TRUE(s.WriteVector(a, std::vector<float>(kN, x)).ok());
+    ASSERT_TRUE(s.Launch(add, Over({View{&out}, View{&a}, View{&a}, Expr{"n"}}, kN)).ok());
+    ASSERT_OK_AND_ASSIGN(std::vector<float> sum, s.ReadVector<float>(out, kN));
+    EXPECT_EQ(sum, std::vector<float>(kN, 2 * x));
+  };
   {
-    auto theirs = other->Alloc(64);
-    ASSERT_TRUE(theirs.ok()) << theirs.status();
-    Buffer mine = Alloc(64);
-    ASSERT_OK_AND_ASSIGN(Program fault, session_->Load(kernels_.fault));
+    ASSERT_OK_AND_ASSIGN(Session mine, research.OpenSession(device_.id()));
+    ASSERT_OK_AND_ASSIGN(Session mine_too, research.OpenSession(device_.id()));
+    ASSERT_OK_AND_ASSIGN(Session theirs, prod.OpenSession(device_.id()));
+    expect_add_right(theirs, 1.5f);
+    ASSERT_OK_AND_ASSIGN(Buffer held, mine.Alloc(64));
+    ASSERT_OK_AND_ASSIGN(Buffer also, mine_too.Alloc(64));
+    ASSERT_OK_AND_ASSIGN(Buffer their_buffer, theirs.Alloc(64));
+    ASSERT_OK_AND_ASSIGN(Program fault, mine.Load(kernels_.fault));
     LaunchSpec spec;
-    spec.args = {View{&mine}};
+    spec.args = {View{&held}};
     spec.wait = true;
-    EXPECT_FALSE(session_->Launch(fault, spec).ok());
+    EXPECT_FALSE(mine.Launch(fault, spec).ok());
     const std::string lost = executor ? "lost its device" : "kernel fault";
-    auto read = session_->ReadVector<float>(mine, 1);
+    auto read = mine.ReadVector<float>(held, 1);
     EXPECT_EQ(read.status().code(), absl::StatusCode::kFailedPrecondition) << read.status();
     EXPECT_THAT(std::string(read.status().message()), HasSubstr(lost));
-    auto their_read = other->ReadVector<float>(*theirs, 1);
-    EXPECT_EQ(their_read.status().code(), absl::StatusCode::kFailedPrecondition) << their_read.status();
-    EXPECT_THAT(std::string(their_read.status().message()), HasSubstr(lost));
-    if (!executor) {
-      auto refused = client_->OpenSession(device_.id());
+    // The tenant's other session shares its executor, or the daemon's CUDA state.
+    auto read_too = mine_too.ReadVector<float>(also, 1);
+    EXPECT_EQ(read_too.status().code(), absl::StatusCode::kFailedPrecondition) << read_too.status();
+    EXPECT_THAT(std::string(read_too.status().message()), HasSubstr(lost));
+    if (executor) {
+      // The other tenant never noticed.
+      expect_add_right(theirs, 2.5f);
+    } else {
+      auto their_read = theirs.ReadVector<float>(their_buffer, 1);
+      EXPECT_EQ(their_read.status().code(), absl::StatusCode::kFailedPrecondition) << their_read.status();
+      EXPECT_THAT(std::string(their_read.status().message()), HasSubstr("kernel fault"));
+      auto refused = prod.OpenSession(device_.id());
       EXPECT_EQ(refused.status().code(), absl::StatusCode::kUnavailable) << refused.status();
     }
   }
-  session_.reset();
-  other = absl::UnavailableError("closed");
   std::this_thread::sleep_for(std::chrono::milliseconds(200));
   if (executor) {
     // The tenant's next session: a fresh executor, a fresh CUDA context, right results.
-    ASSERT_OK_AND_ASSIGN(Session again, client_->OpenSession(device_.id()));
-    ASSERT_OK_AND_ASSIGN(Program add, again.Load(kernels_.add));
-    ASSERT_OK_AND_ASSIGN(Buffer a, again.Alloc(kN * 4));
-    ASSERT_OK_AND_ASSIGN(Buffer out, again.Alloc(kN * 4));
-    ASSERT_TRUE(again.WriteVector(a, std::vector<float>(kN, 1.5f)).ok());
-    LaunchSpec spec;
-    spec.args = {View{&out}, View{&a}, View{&a}, Expr{"n"}};
-    std::tie(spec.global, spec.local) = kernels_.dims("n");
-    spec.variables = {{kCount, kN}};
-    ASSERT_TRUE(again.Launch(add, spec).ok());
-    ASSERT_OK_AND_ASSIGN(std::vector<float> sum, again.ReadVector<float>(out, kN));
-    EXPECT_EQ(sum, std::vector<float>(kN, 3.0f));
+    ASSERT_OK_AND_ASSIGN(Session again, research.OpenSession(device_.id()));
+    expect_add_right(again, 3.5f);
   } else {
     // Every session closed: still refused, saying why and what brings the device back.
-    auto refused = client_->OpenSession(device_.id());
+    auto refused = research.OpenSession(device_.id());
     EXPECT_EQ(refused.status().code(), absl::StatusCode::kUnavailable) << refused.status();
     EXPECT_THAT(std::string(refused.status().message()), HasSubstr("replayd restarts"));
   }
   // The daemon and its CPU device serve on.
-  auto cpu = client_->OpenSession("cpu:0");
-  ASSERT_TRUE(cpu.ok()) << cpu.status();
-  ASSERT_OK_AND_ASSIGN(Program add, cpu->Load(CpuKernels().add));
-  auto a = cpu->Alloc(kN * 4), out = cpu->Alloc(kN * 4);
-  ASSERT_TRUE(a.ok() && out.ok());
-  ASSERT_TRUE(cpu->WriteVector(*a, std::vector<float>(kN, 1.5f)).ok());
+  ASSERT_OK_AND_ASSIGN(Session cpu, prod.OpenSession("cpu:0"));
+  ASSERT_OK_AND_ASSIGN(Program add, cpu.Load(CpuKernels().add));
+  ASSERT_OK_AND_ASSIGN(Buffer a, cpu.Alloc(kN * 4));
+  ASSERT_OK_AND_ASSIGN(Buffer out, cpu.Alloc(kN * 4));
+  ASSERT_TRUE(cpu.WriteVector(a, std::vector<float>(kN, 1.5f)).ok());
   LaunchSpec spec;
-  spec.args = {View{&*out}, View{&*a}, View{&*a}, Expr{"n"}};
+  spec.args = {View{&out}, View{&a}, View{&a}, Expr{"n"}};
   std::tie(spec.global, spec.local) = CpuKernels().dims("n");
   spec.variables = {{kCount, kN}};
-  ASSERT_TRUE(cpu->Launch(add, spec).ok());
-  auto sum = cpu->ReadVector<float>(*out, kN);
-  ASSERT_TRUE(sum.ok()) << sum.status();
-  EXPECT_EQ(*sum, std::vector<float>(kN, 3.0f));
+  ASSERT_TRUE(cpu.Launch(add, spec).ok());
+  ASSERT_OK_AND_ASSIGN(std::vector<float> sum, cpu.ReadVector<float>(out, kN));
+  EXPECT_EQ(sum, std::vector<float>(kN, 3.0f));
 }
 
 // Its buffers, and on cuda with executors its executor's own context (the tenant's last
