@@ -25,6 +25,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
 #include "drivers/cpu/cpu_driver.h"
 #ifdef REPLAYD_WITH_CUDA
 #include "drivers/cuda/cuda_driver.h"
@@ -37,6 +38,23 @@ namespace {
 
 int Fail(const std::string& message) {
   std::fprintf(stderr, "replayd-executor: %s\n", message.c_str());
+  return 2;
+}
+
+// Answers every command on `control` with `why` until the daemon (`parent`) is gone: an
+// executor that cannot make its device tells the daemon why (the OpenSession that
+// started it answers with the cause) rather than only exiting.
+int Refuse(replayd::executor::Channel& control, pid_t parent, const absl::Status& why) {
+  std::fprintf(stderr, "replayd-executor: %s\n", std::string(why.message()).c_str());
+  replayd::executor::Serve(
+      control,
+      [&](const replayd::executor::Request&, bool&) {
+        replayd::executor::Reply reply;
+        reply.set_code(static_cast<int>(why.code()));
+        reply.set_message(std::string(why.message()));
+        return reply;
+      },
+      [parent] { return getppid() != parent; });
   return 2;
 }
 
@@ -103,9 +121,12 @@ int main(int argc, char** argv) {
     const std::string id = "cuda:" + std::to_string(ordinal);
     for (auto& d : driver.Discover())
       if (d->info().id == id) served = std::move(d);
-    if (!served) return Fail(id + ": not found" + (driver.unavailable().empty() ? "" : ": " + driver.unavailable()));
+    if (!served)
+      return Refuse(*channel, parent,
+                    absl::UnavailableError(absl::StrCat("executor: ", id, " not found",
+                                                        driver.unavailable().empty() ? "" : ": ", driver.unavailable())));
 #else
-    return Fail("this build has no cuda driver");
+    return Refuse(*channel, parent, absl::UnavailableError("executor: this build has no cuda driver"));
 #endif
   } else {
     // The executor compiles nothing: no compiler is run to describe the device.

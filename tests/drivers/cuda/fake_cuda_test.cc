@@ -625,6 +625,23 @@ TEST_F(FakeCudaExecutorTest, AnExecutorsOwnContextIsCountedAgainstTheDevice) {
   ExpectCopiesRight(ours, 2);
 }
 
+// An executor that cannot load the CUDA driver (here: the daemon started without the
+// fake on its LD_LIBRARY_PATH, which its CUDA executors inherit) says why: the session
+// that started it is UNAVAILABLE naming the driver, and the daemon serves on.
+TEST_F(FakeCudaExecutorTest, AnExecutorWithoutTheDriverSaysWhy) {
+  const std::string path = std::getenv("LD_LIBRARY_PATH") ? std::getenv("LD_LIBRARY_PATH") : "";
+  setenv("LD_LIBRARY_PATH", (cache_.path() / "nothing-here").c_str(), 1);
+  SetUp();  // a daemon started now, its executors' environment without the fake
+  setenv("LD_LIBRARY_PATH", path.c_str(), 1);
+  if (HasFatalFailure() || IsSkipped()) return;
+  Client research = As("research-token");
+  absl::StatusOr<Session> refused = research.OpenSession("cuda:0");
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kUnavailable) << refused.status();
+  EXPECT_THAT(std::string(refused.status().message()), AllOf(HasSubstr("cuda:0 not found"), HasSubstr("libcuda")));
+  ASSERT_OK_AND_ASSIGN(Session cpu, research.OpenSession("cpu:0"));
+  ASSERT_OK_AND_ASSIGN(Buffer b, cpu.Alloc(64));
+}
+
 TEST_F(FakeCudaExecutorTest, AKernelFaultEndsOnlyItsTenantsExecutor) {
   if (!Nvrtc::Load().ok()) GTEST_SKIP() << "no NVRTC to compile the faulting kernel";
   Client research = As("research-token"), prod = As("prod-token");
