@@ -11,6 +11,8 @@ packages=(
   libc-ares-dev libre2-dev zlib1g-dev
   libamdhip64-dev libseccomp-dev
   clang-16 libclang-rt-16-dev
+  # the sanitized tests: readable reports, and Abseil's source for ThreadSanitizer (tests/tsan.sh)
+  llvm-16 dpkg-dev
   python3-grpcio python3-protobuf python3-numpy python3-pytest
   # the deployment files' checks (tests/deploy)
   systemd yamllint python3-yaml

@@ -12,6 +12,7 @@
 #include "drivers/confinement.h"
 #include "tests/support/status_macros.h"
 #include "tests/support/temp_dir.h"
+#include "tests/support/test_binaries.h"
 
 namespace replayd {
 namespace {
@@ -54,7 +55,7 @@ class CCompilerContainmentTest : public ::testing::TestWithParam<bool> {
 
   CCompilerOptions Options(std::string compiler = "cc") const {
     CCompilerOptions options{std::move(compiler), absl::Seconds(30), {}};
-    if (GetParam()) options.cage = REPLAYD_CC_BINARY;
+    if (GetParam()) options.cage = testing::CcBinary();
     return options;
   }
 
@@ -177,7 +178,7 @@ class CompilerCageTest : public ::testing::Test {
   }
 
   ProcessResult Run(std::vector<std::string> command) {
-    std::vector<std::string> argv = {REPLAYD_CC_BINARY, "--work=" + work_.path().string(), "--"};
+    std::vector<std::string> argv = {testing::CcBinary(), "--work=" + work_.path().string(), "--"};
     argv.insert(argv.end(), command.begin(), command.end());
     ProcessOptions options;
     options.environment = {"PATH=/usr/bin:/bin"};

@@ -15,6 +15,7 @@
 #include "drivers/cpu/cpu_driver.h"
 #include "tests/support/status_macros.h"
 #include "tests/support/temp_dir.h"
+#include "tests/support/test_binaries.h"
 
 namespace replayd::executor {
 namespace {
@@ -43,7 +44,7 @@ class ExecutorDriverTest : public ::testing::Test {
     cpu.memory_limit = kMemory;
     cpu.threads = 2;
     ExecutorOptions options;
-    options.binary = REPLAYD_EXECUTOR_BINARY;
+    options.binary = testing::ExecutorBinary();
     options.device_args = {"--device=cpu", "--artifacts=" + dir_.path().string(),
                            absl::StrCat("--memory_limit=", kMemory), "--threads=2"};
     options.command_timeout = timeout;
