@@ -252,7 +252,8 @@ DaemonMetrics::DaemonMetrics(const Engine& engine, std::vector<const executor::E
       executors_died_(registry_.AddCounter(
           "replayd_executors_died_total",
           "executor processes that ended before their tenant's last session closed, by cause: signal (a crash or "
-          "a kill), exit, timeout (a command past its time limit) or failure (of its channel)",
+          "a kill), exit, timeout (a command past its time limit), failure (of its channel) or device_lost (a CUDA "
+          "sticky error)",
           DeviceTenantAnd("cause"))) {
   for (const DeviceStatus& d : engine_.ListDevices()) device_ids_.push_back(d.info->id);
   registry_.AddCollector([this] { Collect(); });

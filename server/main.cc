@@ -54,7 +54,7 @@ ABSL_FLAG(uint64_t, cpu_memory_limit, 0, "bytes of memory cpu:0 may allocate (0:
 ABSL_FLAG(std::string, cpu_cc, "cc", "C compiler for cpu-c programs");
 ABSL_FLAG(int, cpu_compile_timeout_seconds, 30, "time limit of one cpu-c compile");
 ABSL_FLAG(int, cpu_threads, 0, "parallel invocations on cpu:0 (0: one per core)");
-ABSL_FLAG(std::string, log_level, "info", "trace, debug, info, warn, error");
+ABSL_FLAG(std::string, log_level, "info", "trace, debug, info, warn, error, off");
 ABSL_FLAG(int, graph_batch, 32, "calls in a graph's first batch; each later batch doubles it");
 ABSL_FLAG(int, graph_cache_graphs, 256, "graphs one tenant may keep cached per device");
 ABSL_FLAG(uint64_t, graph_cache_bytes, uint64_t{1} << 30, "arena and host bytes of graph instances one tenant may keep cached per device");

@@ -37,7 +37,7 @@ TEST_F(ReplayctlTest, HelpDocumentsEveryCommandAndTheArgsSyntax) {
   EXPECT_TRUE(absl::StartsWith(help.output, "replayctl: [flags] COMMAND [ARG]: ")) << help.output;
   for (const char* command :
        {"devices", "run FILE.c", "demo", "health [SERVICE]", "tenants", "sessions", "graphs", "close-session ID",
-        "drain"})
+        "drain", "stats"})
     EXPECT_THAT(help.output, HasSubstr(absl::StrCat("\n  ", command, " "))) << command;
   for (const char* spec : {"in:TYPE:N[:FILL]", "out:TYPE:N", "inout:TYPE:N[:FILL]", "i32:VALUE", "i64:VALUE"})
     EXPECT_THAT(help.output, HasSubstr(spec));

@@ -109,9 +109,19 @@ class KubernetesManifestsTest(unittest.TestCase):
         service_ports = {p["name"]: p for p in self.objects["Service"]["spec"]["ports"]}
         self.assertEqual(service_ports["grpc"]["targetPort"], "grpc")
 
+    def test_readiness_asks_the_daemon_and_liveness_the_admin_service(self):
+        # docs/operations.md: "" (or replayd.v1.Replayd) is NOT_SERVING while draining or
+        # serving no device; replayd.v1.Admin is SERVING while the process runs.
+        readiness = self.container["readinessProbe"]["grpc"].get("service", "")
+        self.assertIn(readiness, ("", "replayd.v1.Replayd"))
+        self.assertEqual(self.container["livenessProbe"]["grpc"].get("service"), "replayd.v1.Admin",
+                         "a drain or a node without its GPU must not get the pod killed")
+
     def test_it_asks_for_a_gpu_on_gpu_nodes(self):
         self.assertEqual(int(self.container["resources"]["limits"]["nvidia.com/gpu"]), 1)
         self.assertTrue(self.pod["spec"]["nodeSelector"])
+        # Readiness says whether the GPU is served only when no other kind is.
+        self.assertEqual(self.config["devices"], "cuda")
 
     def test_the_scrape_annotation_names_the_metrics_port(self):
         annotations = self.pod["metadata"]["annotations"]

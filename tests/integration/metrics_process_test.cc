@@ -170,6 +170,10 @@ TEST_F(MetricsProcessTest, PrometheusReadsBackTheWorkDone) {
   ASSERT_OK(session.BeginCapture({&x}, {}));
   ASSERT_OK(session.Launch(program, {View{&x}, int64_t{16}}, {1, 1, 1}).status());
   ASSERT_OK_AND_ASSIGN(Graph graph, session.EndCapture({&x}));
+  // The same capture again: answered by the cached graph (a graph cache hit).
+  ASSERT_OK(session.BeginCapture({&x}, {}));
+  ASSERT_OK(session.Launch(program, {View{&x}, int64_t{16}}, {1, 1, 1}).status());
+  ASSERT_OK(session.EndCapture({&x}).status());
   for (int i = 0; i < kStreamReplays; ++i) ASSERT_OK(session.Replay(graph, {&x}).status());
   for (int i = 0; i < kUnaryReplays; ++i) ASSERT_OK(session.ReplayUnary(graph, {&x}).status());
   SequenceSpec sequence;
@@ -177,7 +181,7 @@ TEST_F(MetricsProcessTest, PrometheusReadsBackTheWorkDone) {
   ASSERT_OK_AND_ASSIGN(SequenceResult sequenced, session.ReplaySequence(graph, sequence));
   ASSERT_EQ(sequenced.replays, static_cast<uint32_t>(kSequence));
   ASSERT_OK_AND_ASSIGN(std::vector<float> values, session.ReadVector<float>(x, 16));
-  ASSERT_EQ(values[0], kLaunches + 1 + kStreamReplays + kUnaryReplays + kSequence);
+  ASSERT_EQ(values[0], kLaunches + 2 + kStreamReplays + kUnaryReplays + kSequence);
   // bob: the same program, from the compile cache, one replay, and a session closed.
   {
     Client bob = Connect("bob-token");
@@ -209,10 +213,10 @@ TEST_F(MetricsProcessTest, PrometheusReadsBackTheWorkDone) {
   EXPECT_EQ(QueryUntil(api, R"(sum(replayd_replay_duration_seconds_count{tenant="alice"}))",
                        kStreamReplays + kUnaryReplays),
             kStreamReplays + kUnaryReplays);
-  EXPECT_EQ(QueryUntil(api, R"(sum(replayd_launches_total{tenant="alice"}))", kLaunches + 1), kLaunches + 1);
+  EXPECT_EQ(QueryUntil(api, R"(sum(replayd_launches_total{tenant="alice"}))", kLaunches + 2), kLaunches + 2);
   EXPECT_EQ(QueryUntil(api, R"(sum(replayd_launch_duration_seconds_bucket{tenant="alice",le="+Inf"}))",
-                       kLaunches + 1),
-            kLaunches + 1);
+                       kLaunches + 2),
+            kLaunches + 2);
   EXPECT_EQ(QueryUntil(api,
                        R"(sum(replayd_requests_total{method="Replayd/ReplayGraph",code="OK",device="cpu:0",tenant="alice"}))",
                        kUnaryReplays),
@@ -225,7 +229,21 @@ TEST_F(MetricsProcessTest, PrometheusReadsBackTheWorkDone) {
   EXPECT_EQ(QueryUntil(api, R"(sum(replayd_stream_operations_total{tenant="alice",op="replay",code="OK"}))",
                        kStreamReplays),
             kStreamReplays);
+  EXPECT_EQ(QueryUntil(api, R"(sum(replayd_stream_operation_duration_seconds_count{tenant="alice",op="replay"}))",
+                       kStreamReplays),
+            kStreamReplays);
   EXPECT_EQ(QueryUntil(api, R"(sum(replayd_compiles_total{tenant="alice"}))", 1), 1);
+  EXPECT_EQ(QueryUntil(api, R"(count(replayd_compile_seconds_total{tenant="alice"} > 0))", 1), 1);
+  EXPECT_EQ(QueryUntil(api, R"(sum(replayd_compile_seconds_total{tenant="bob"}))", 0), 0);
+  EXPECT_EQ(QueryUntil(api, R"(sum(replayd_graph_cache_hits_total{tenant="alice"}))", 1), 1);
+  EXPECT_EQ(QueryUntil(api, R"(sum(replayd_graph_cache_evictions_total{tenant="alice"}))", 0), 0);
+  EXPECT_EQ(QueryUntil(api, R"(sum(replayd_graph_cache_graphs{tenant="alice"}))", 1), 1);
+  // The scheduler's figures for alice's device and tenant (one client at a time: whether
+  // any of its work waited behind another's is left to the scheduler's own tests).
+  EXPECT_EQ(QueryUntil(api, R"(count(replayd_scheduler_queue_depth{device="cpu:0"}))", 1), 1);
+  EXPECT_EQ(QueryUntil(api, R"(count(replayd_scheduler_waits_total{device="cpu:0",tenant="alice"}))", 1), 1);
+  EXPECT_EQ(QueryUntil(api, R"(count(replayd_scheduler_wait_seconds_total{device="cpu:0",tenant="alice"}))", 1), 1);
+  EXPECT_EQ(QueryUntil(api, R"(sum(replayd_scheduler_rejected_total{tenant="alice"}))", 0), 0);
   EXPECT_EQ(QueryUntil(api, R"(sum(replayd_compile_cache_hits_total{tenant="bob"}))", 1), 1);
   EXPECT_EQ(QueryUntil(api, R"(sum(replayd_graph_cache_instantiations_total{tenant="alice"}))", 1), 1);
   EXPECT_EQ(QueryUntil(api, R"(sum(replayd_graph_cache_misses_total{tenant="alice"}))", 1), 1);
