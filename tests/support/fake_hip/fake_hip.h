@@ -1,0 +1,63 @@
+// The test hooks of the fake HIP runtime (fake_hip.cc, built as libamdhip64.so.6): a host
+// stand-in for AMD's libamdhip64 that serves one device, hip:0 "Fake MI210"
+// (gfx90a:sramecc+:xnack-), with host memory as device memory, and is as strict as the
+// runtime where replayd depends on it, so that misuse fails on a machine without a GPU.
+//
+// Nothing links the library: a test opens it as the daemon does, with
+// dlopen("libamdhip64.so.6") on an LD_LIBRARY_PATH that leads to the fake (the name
+// HipLibrary tries first, before the libamdhip64.so.5 Debian installs), and finds these
+// hooks with dlsym. Their presence is what tells the fake from the real runtime.
+//
+// What the fake does, besides answering every entry point HipLibrary resolves, with the
+// prototypes of the HIP headers it is built with (and their version, HIP_VERSION):
+// - device memory is host memory; a copy, memset or memcpy node whose device range is
+//   not inside a live allocation is hipErrorInvalidValue, and address 0 never is;
+// - streams, events and modules belong to the device current when they were made
+//   (hipSetDevice), and are refused on another;
+// - hipModuleLoadData takes what replayd's HIP programs are: an AMDGPU code object (an
+//   ELF64 image for EM_AMDGPU whose target is gfx90a with compatible sramecc and xnack
+//   settings), or a clang offload bundle holding one for that target; another target is
+//   hipErrorNoBinaryForGpu, anything else hipErrorInvalidImage. hipModuleGetFunction
+//   finds a kernel by its name when the image has its kernel descriptor ("name.kd");
+// - kernels do not run: a kernel launch or kernel node whose function is named "fault"
+//   makes the sticky fault instead, as does a graph whose memcpy node reaches memory freed
+//   since it was set. From then on every call that uses the device returns
+//   hipErrorIllegalAddress (what ROCm reports for a kernel's memory fault, where it does
+//   not abort the process); releases still release. hipDeviceReset frees everything of
+//   the device and clears the fault;
+// - graph launches perform their memcpy nodes in node order; hipGraphExecKernelNodeSetParams
+//   and hipGraphExecMemcpyNodeSetParams1D retarget an instantiated node, checked as a new
+//   node is.
+//
+// hiprtc: the fake exports hiprtc's entry points, so HipLibrary finds them inside the
+// runtime (as on ROCm 5) and never pairs the fake with a real libhiprtc. They compile
+// nothing: hiprtcCompileProgram fails with HIPRTC_ERROR_COMPILATION and a log, in comgr's
+// form, saying so. A hip-c program is refused at its load with that log; tests load
+// hip-hsaco code objects.
+//
+// Thread safety: the library is thread-safe (one lock). The hooks are for use between
+// tests, with no daemon running on the library.
+#ifndef REPLAYD_TESTS_SUPPORT_FAKE_HIP_FAKE_HIP_H_
+#define REPLAYD_TESTS_SUPPORT_FAKE_HIP_FAKE_HIP_H_
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+// Forgets everything: frees every allocation, destroys every object, clears the sticky
+// fault, undoes hipInit and makes device 0 current on the calling thread. Handles held
+// from before are stale from then on.
+void fake_hip_reset(void);
+
+// How many of `what` there are: live "allocations" (hipMalloc), "host_allocations"
+// (hipHostMalloc), "streams", "events", "modules", "graphs", "graph_execs";
+// "reclaimed": objects hipDeviceReset freed because nobody had before it; "resets":
+// calls of hipDeviceReset; "faulted": 1 after the sticky fault, else 0. -1 for any other
+// word.
+int fake_hip_count(const char* what);
+
+#ifdef __cplusplus
+}  // extern "C"
+#endif
+
+#endif  // REPLAYD_TESTS_SUPPORT_FAKE_HIP_FAKE_HIP_H_
