@@ -1,0 +1,608 @@
+// The HIP driver against a fake libamdhip64.so.6 (tests/support/fake_hip), loaded as the
+// daemon loads AMD's: the HipDriver and a daemon on loopback run for real
+// over a runtime as strict as ROCm where replayd depends on it, so the mistakes that only
+// a GPU would show (a memcpy node on address 0, a copy off an allocation, a code object
+// for another target, a kernel fault that loses the device's state for every session)
+// fail here.
+//
+// ctest runs it with LD_LIBRARY_PATH set to the fake's folder. By hand, from the build
+// folder:
+//   LD_LIBRARY_PATH=$PWD/tests/support/fake_hip tests/fake_hip_test
+// Without the fake on the loader's path (AMD's runtime or none), every case skips.
+//
+// The fake's hiprtc compiles nothing, so the programs here are code objects made by
+// CodeObject below: ELF images the fake loads and whose kernels it finds by name.
+#include <dlfcn.h>
+#include <elf.h>
+#include <gmock/gmock.h>
+
+#include <cstring>
+#include <numeric>
+
+#include "drivers/hip/hip_driver.h"
+#include "drivers/hip/hip_library.h"
+#include "tests/integration/daemon_fixture.h"
+#include "tests/support/fake_hip/fake_hip.h"
+#include "tests/support/graph_def.h"
+#include "tests/support/status_macros.h"
+#include "tests/support/temp_dir.h"
+
+namespace replayd::client {
+namespace {
+
+using ::testing::AllOf;
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+
+// The fake's test hooks, found in the libamdhip64.so.6 that the driver loaded.
+struct FakeHip {
+  decltype(&fake_hip_reset) reset = nullptr;
+  decltype(&fake_hip_count) count = nullptr;
+};
+
+// The hooks; UNAVAILABLE saying why when the library the driver loads is not the fake.
+absl::StatusOr<FakeHip> FindFake() {
+  constexpr char kHow[] = "run with LD_LIBRARY_PATH=<build>/tests/support/fake_hip (ctest does)";
+  absl::StatusOr<std::unique_ptr<HipLibrary>> loaded = HipLibrary::Load();
+  if (!loaded.ok()) return absl::UnavailableError(absl::StrCat(loaded.status().message(), "; ", kHow));
+  // The library Load opened stays loaded for the life of the process, as does this handle.
+  void* handle = dlopen("libamdhip64.so.6", RTLD_NOW | RTLD_NOLOAD);
+  FakeHip fake;
+  if (handle) {
+    fake.reset = reinterpret_cast<decltype(fake.reset)>(dlsym(handle, "fake_hip_reset"));
+    fake.count = reinterpret_cast<decltype(fake.count)>(dlsym(handle, "fake_hip_count"));
+  }
+  if (!fake.reset || !fake.count)
+    return absl::UnavailableError(absl::StrCat("the libamdhip64 loaded is AMD's runtime, not the fake; ", kHow));
+  return fake;
+}
+
+constexpr int64_t kN = 256;  // floats per buffer
+constexpr uint32_t kGfx90a = 0x3f, kGfx1030 = 0x36;  // EF_AMDGPU_MACH_AMDGCN_*
+
+std::vector<float> Iota(size_t n, float from) {
+  std::vector<float> v(n);
+  std::iota(v.begin(), v.end(), from);
+  return v;
+}
+
+std::vector<uint8_t> Bytes(const std::vector<float>& v) {
+  std::vector<uint8_t> b(v.size() * 4);
+  std::memcpy(b.data(), v.data(), b.size());
+  return b;
+}
+
+std::vector<float> Floats(const std::string& bytes) {
+  std::vector<float> v(bytes.size() / 4);
+  std::memcpy(v.data(), bytes.data(), v.size() * 4);
+  return v;
+}
+
+// A code object reduced to what a loader reads here: an ELF64 image for EM_AMDGPU
+// (version 4, sramecc and xnack "any") whose e_flags name the target `mach`, with each
+// kernel's symbol and kernel descriptor ("name.kd") in its string table.
+std::string CodeObject(const std::vector<std::string>& kernels, uint32_t mach = kGfx90a) {
+  std::string strtab(1, '\0');
+  for (const std::string& k : kernels) strtab += k + '\0' + k + ".kd" + '\0';
+  const std::string shstrtab("\0.strtab\0.shstrtab\0", 19);
+  Elf64_Ehdr h;
+  std::memset(&h, 0, sizeof h);
+  std::memcpy(h.e_ident, ELFMAG, SELFMAG);
+  h.e_ident[EI_CLASS] = ELFCLASS64;
+  h.e_ident[EI_DATA] = ELFDATA2LSB;
+  h.e_ident[EI_VERSION] = EV_CURRENT;
+  h.e_ident[EI_OSABI] = 64;      // ELFOSABI_AMDGPU_HSA
+  h.e_ident[EI_ABIVERSION] = 2;  // code object version 4
+  h.e_type = ET_DYN;
+  h.e_machine = EM_AMDGPU;
+  h.e_version = EV_CURRENT;
+  h.e_flags = mach | 0x100 | 0x400;
+  h.e_ehsize = sizeof h;
+  h.e_shentsize = sizeof(Elf64_Shdr);
+  h.e_shnum = 3;
+  h.e_shstrndx = 2;
+  h.e_shoff = sizeof h + strtab.size() + shstrtab.size();
+  Elf64_Shdr sections[3];
+  std::memset(sections, 0, sizeof sections);
+  sections[1].sh_name = 1;
+  sections[1].sh_type = SHT_STRTAB;
+  sections[1].sh_offset = sizeof h;
+  sections[1].sh_size = strtab.size();
+  sections[2].sh_name = 9;
+  sections[2].sh_type = SHT_STRTAB;
+  sections[2].sh_offset = sizeof h + strtab.size();
+  sections[2].sh_size = shstrtab.size();
+  std::string image(reinterpret_cast<const char*>(&h), sizeof h);
+  image += strtab + shstrtab;
+  image.append(reinterpret_cast<const char*>(sections), sizeof sections);
+  return image;
+}
+
+// The kinds of object the fake counts, each of which its owner must release.
+constexpr const char* kObjects[] = {"allocations", "host_allocations", "streams",    "events",
+                                    "modules",     "graphs",           "graph_execs"};
+
+const char* GraphName(HipDeviceGraph g) { return g == HipDeviceGraph::kGraph ? "graph" : "stream"; }
+
+class FakeHipDriverTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    absl::StatusOr<FakeHip> fake = FindFake();
+    if (!fake.ok()) GTEST_SKIP() << fake.status().message();
+    fake_ = *fake;
+    fake_.reset();
+  }
+
+  // The one device the fake serves, through a HipDriver making device graphs as `graph`.
+  std::unique_ptr<Device> Discover(HipDeviceGraph graph) {
+    HipDriverOptions options;
+    options.device_graph = graph;
+    HipDriver driver(options);
+    std::vector<std::unique_ptr<Device>> devices = driver.Discover();
+    EXPECT_EQ(devices.size(), 1u) << driver.unavailable();
+    return devices.empty() ? nullptr : std::move(devices[0]);
+  }
+
+  void ExpectNothingLeft() {
+    for (const char* what : kObjects) EXPECT_EQ(fake_.count(what), 0) << what;
+    EXPECT_EQ(fake_.count("reclaimed"), 0) << "objects freed only by hipDeviceReset";
+  }
+
+  FakeHip fake_;
+};
+
+// The same, for each form of device graph.
+class FakeHipDeviceGraphTest : public FakeHipDriverTest, public ::testing::WithParamInterface<HipDeviceGraph> {};
+
+TEST_F(FakeHipDriverTest, DiscoveryFindsTheFakeDeviceWithItsNameMemoryAndLimits) {
+  HipDriver driver({});
+  std::vector<std::unique_ptr<Device>> devices = driver.Discover();
+  ASSERT_EQ(devices.size(), 1u) << driver.unavailable();
+  const DeviceInfo& info = devices[0]->info();
+  EXPECT_EQ(info.id, "hip:0");
+  EXPECT_EQ(info.kind, DeviceKind::kHip);
+  EXPECT_EQ(info.name, "Fake MI210");
+  EXPECT_EQ(info.total_memory, uint64_t{1} << 30);
+  EXPECT_EQ(info.architecture, "gfx90a");
+  EXPECT_EQ(info.driver_version, absl::StrCat("HIP ", HIP_VERSION_MAJOR, ".", HIP_VERSION_MINOR, " runtime"));
+  EXPECT_EQ(info.target, absl::StrCat("gfx90a:sramecc+:xnack--hiprtc-", HIP_VERSION_MAJOR, ".", HIP_VERSION_MINOR));
+  EXPECT_THAT(info.limits.max_global, ElementsAre(2147483647u, 65536u, 65536u));
+  EXPECT_EQ(info.limits.max_global_total, uint64_t{2147483647} * 65536 * 65536);
+  EXPECT_THAT(info.limits.max_local, ElementsAre(1024u, 1024u, 1024u));
+  EXPECT_EQ(info.limits.max_local_total, 1024u);
+  EXPECT_THAT(info.formats, ElementsAre("hip-hsaco", "hip-c")) << "the fake's hiprtc is found in the runtime";
+  EXPECT_TRUE(devices[0]->health().ok());
+}
+
+// Memory starts zeroed (the fake's holds garbage until the driver clears it); writes,
+// reads and copies go through the staging buffers; a device graph of copy nodes is
+// retargeted by Update and launched, as memcpy nodes of a hipGraph or copies on the
+// session's stream.
+TEST_P(FakeHipDeviceGraphTest, TransfersCopiesAndCopyNodesMoveTheRightBytes) {
+  std::unique_ptr<Device> device = Discover(GetParam());
+  ASSERT_NE(device, nullptr);
+  {
+    ASSERT_OK_AND_ASSIGN(std::unique_ptr<Context> c, device->OpenContext({"test"}));
+    EXPECT_EQ(c->wants_edges(), GetParam() == HipDeviceGraph::kGraph);
+    constexpr uint64_t kBytes = kN * 4;
+    ASSERT_OK_AND_ASSIGN(Allocation a, c->Allocate(kBytes));
+    ASSERT_OK_AND_ASSIGN(Allocation b, c->Allocate(kBytes));
+    ASSERT_OK_AND_ASSIGN(Allocation d, c->Allocate(kBytes));
+    std::vector<uint8_t> got(kBytes, 0xff);
+    ASSERT_TRUE(c->Read(b, 0, got).ok());
+    EXPECT_EQ(got, std::vector<uint8_t>(kBytes, 0));
+    const std::vector<uint8_t> pattern = Bytes(Iota(kN, 1));
+    ASSERT_TRUE(c->Write(a, 0, pattern).ok());
+    ASSERT_TRUE(c->Copy(b, 16, a, 0, kBytes - 16).ok());
+    ASSERT_TRUE(c->Synchronize().ok());
+    ASSERT_TRUE(c->Read(b, 16, std::span(got).first(kBytes - 16)).ok());
+    got.resize(kBytes - 16);
+    EXPECT_EQ(got, std::vector<uint8_t>(pattern.begin(), pattern.end() - 16));
+    EXPECT_FALSE(c->Copy(b, 8, a, 0, kBytes).ok()) << "past the end of the destination";
+
+    // a -> b -> d, ordered by an edge.
+    std::vector<GraphNode> nodes(2);
+    nodes[0].args = {ArgValue{.address = b.address}, ArgValue{.address = a.address}};
+    nodes[1].args = {ArgValue{.address = d.address}, ArgValue{.address = b.address}};
+    nodes[0].copy_bytes = nodes[1].copy_bytes = kBytes;
+    const std::pair<size_t, size_t> edges[] = {{0, 1}};
+    ASSERT_OK_AND_ASSIGN(std::unique_ptr<DeviceGraph> graph, c->Instantiate(nodes, edges));
+    const int execs = GetParam() == HipDeviceGraph::kGraph ? 1 : 0;
+    EXPECT_EQ(fake_.count("graph_execs"), execs);
+    ASSERT_TRUE(graph->Launch(/*wait=*/true).ok());
+    std::vector<uint8_t> out(kBytes);
+    ASSERT_TRUE(c->Read(d, 0, out).ok());
+    EXPECT_EQ(out, pattern);
+    // Retargeted: d -> b -> a, with fresh bytes in d.
+    ASSERT_TRUE(c->Write(d, 0, Bytes(Iota(kN, 500))).ok());
+    ASSERT_TRUE(graph->Update(0, std::vector<ArgValue>{{.address = b.address}, {.address = d.address}}, {}, {}).ok());
+    ASSERT_TRUE(graph->Update(1, std::vector<ArgValue>{{.address = a.address}, {.address = b.address}}, {}, {}).ok());
+    ASSERT_TRUE(graph->Launch(/*wait=*/true).ok());
+    ASSERT_TRUE(c->Read(a, 0, out).ok());
+    EXPECT_EQ(out, Bytes(Iota(kN, 500)));
+    graph.reset();
+    for (const Allocation& x : {a, b, d}) c->Free(x);
+  }
+  device.reset();
+  ExpectNothingLeft();
+}
+
+// A code object for the device's target loads and its kernels are found by name; one for
+// another target, one without the kernel and hip-c (the fake's hiprtc compiles nothing)
+// are refused as a client's mistakes, with the runtime's and the compiler's words. A
+// kernel node is retargeted in place.
+TEST_P(FakeHipDeviceGraphTest, CodeObjectsLoadForTheirTargetAndKernelNodesAreRetargeted) {
+  std::unique_ptr<Device> device = Discover(GetParam());
+  ASSERT_NE(device, nullptr);
+  TempDir dir;
+  const Signature signature{{{"x", ParamKind::kBuffer, Access::kInout}, {"n", ParamKind::kInt32}}};
+  {
+    ASSERT_OK_AND_ASSIGN(std::unique_ptr<Context> c, device->OpenContext({"test"}));
+    auto load = [&](const ProgramSource& source) -> absl::StatusOr<std::unique_ptr<Kernel>> {
+      const std::filesystem::path artifact = dir.path() / source.entry;
+      if (absl::Status s = device->Compile(source, artifact); !s.ok()) return s;
+      return c->Load(source, artifact);
+    };
+    ASSERT_OK_AND_ASSIGN(std::unique_ptr<Kernel> scale,
+                         load({"hip-hsaco", CodeObject({"scale", "shift"}), "scale", signature, {}}));
+    EXPECT_EQ(fake_.count("modules"), 1);
+
+    absl::StatusOr<std::unique_ptr<Kernel>> other = load({"hip-hsaco", CodeObject({"scale"}), "missing", signature, {}});
+    EXPECT_EQ(other.status().code(), absl::StatusCode::kInvalidArgument) << other.status();
+    EXPECT_THAT(std::string(other.status().message()), HasSubstr("no kernel named missing"));
+    absl::StatusOr<std::unique_ptr<Kernel>> rdna =
+        load({"hip-hsaco", CodeObject({"scale"}, kGfx1030), "scale", signature, {}});
+    EXPECT_EQ(rdna.status().code(), absl::StatusCode::kInvalidArgument) << rdna.status();
+    EXPECT_THAT(std::string(rdna.status().message()),
+                AllOf(HasSubstr("does not load on hip:0"), HasSubstr("hipErrorNoBinaryForGpu")));
+    absl::StatusOr<std::unique_ptr<Kernel>> source = load({"hip-c", "__global__ void k() {}", "k", signature, {}});
+    EXPECT_EQ(source.status().code(), absl::StatusCode::kInvalidArgument) << source.status();
+    EXPECT_THAT(std::string(source.status().message()),
+                HasSubstr("program.hip:1:1: error: the fake HIP runtime compiles no hip-c"));
+    EXPECT_EQ(fake_.count("modules"), 1) << "a refused module is unloaded";
+
+    ASSERT_OK_AND_ASSIGN(Allocation x, c->Allocate(kN * 4));
+    ASSERT_OK_AND_ASSIGN(std::optional<absl::Duration> took,
+                         c->Launch(*scale, std::vector<ArgValue>{{.address = x.address}, {.integer = kN}}, {4, 1, 1},
+                                   {64, 1, 1}, /*wait=*/true));
+    EXPECT_TRUE(took.has_value());
+    EXPECT_FALSE(c->Launch(*scale, std::vector<ArgValue>{{.address = x.address}, {.integer = kN}}, {1, 1, 1},
+                           {2048, 1, 1}, /*wait=*/true)
+                     .ok())
+        << "a block past the device's threads";
+
+    std::vector<GraphNode> nodes(1);
+    nodes[0].kernel = scale.get();
+    nodes[0].args = {ArgValue{.address = x.address}, ArgValue{.integer = kN}};
+    nodes[0].global = {4, 1, 1};
+    nodes[0].local = {64, 1, 1};
+    ASSERT_OK_AND_ASSIGN(std::unique_ptr<DeviceGraph> graph, c->Instantiate(nodes, {}));
+    ASSERT_TRUE(graph->Launch(/*wait=*/true).ok());
+    ASSERT_TRUE(graph->Update(0, std::vector<ArgValue>{{.address = x.address + 64}, {.integer = kN - 16}}, {8, 1, 1},
+                              {32, 1, 1})
+                    .ok());
+    ASSERT_TRUE(graph->Launch(/*wait=*/false).ok());
+    ASSERT_TRUE(c->Synchronize().ok());
+    graph.reset();
+    scale.reset();
+    c->Free(x);
+  }
+  device.reset();
+  ExpectNothingLeft();
+}
+
+INSTANTIATE_TEST_SUITE_P(DeviceGraphs, FakeHipDeviceGraphTest, ::testing::Values(HipDeviceGraph::kGraph,
+                                                                            HipDeviceGraph::kStream),
+                         [](const ::testing::TestParamInfo<HipDeviceGraph>& info) { return GraphName(info.param); });
+
+// The fake itself, through the entry points the driver resolves: a memcpy node must lie
+// in live allocations, at creation and when retargeted, as the runtime demands, and a
+// graph launch performs it.
+TEST_F(FakeHipDriverTest, TheFakeRefusesAMemcpyNodeOffLiveAllocations) {
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<HipLibrary> hip, HipLibrary::Load());
+  ASSERT_EQ(hip->hipInit(0), hipSuccess);
+  ASSERT_EQ(hip->hipSetDevice(0), hipSuccess);
+  EXPECT_EQ(hip->hipSetDevice(1), hipErrorInvalidDevice);
+  void *a = nullptr, *b = nullptr;
+  ASSERT_EQ(hip->hipMalloc(&a, 256), hipSuccess);
+  ASSERT_EQ(hip->hipMalloc(&b, 256), hipSuccess);
+  hipStream_t stream = nullptr;
+  ASSERT_EQ(hip->hipStreamCreateWithFlags(&stream, hipStreamNonBlocking), hipSuccess);
+  std::vector<uint8_t> pattern = Bytes(Iota(64, 7));
+  ASSERT_EQ(hip->hipMemcpyHtoDAsync(a, pattern.data(), 256, stream), hipSuccess);
+  EXPECT_EQ(hip->hipMemcpyHtoDAsync(static_cast<char*>(a) + 8, pattern.data(), 256, stream), hipErrorInvalidValue)
+      << "past the end of its allocation";
+
+  hipGraph_t graph = nullptr;
+  ASSERT_EQ(hip->hipGraphCreate(&graph, 0), hipSuccess);
+  hipGraphNode_t node = nullptr;
+  struct Refused {
+    const char* what;
+    void* dst;
+    const void* src;
+    size_t bytes;
+  };
+  const Refused refused[] = {{"destination 0", nullptr, a, 256},
+                             {"source 0", b, nullptr, 256},
+                             {"past the source", b, a, 257},
+                             {"past the destination", static_cast<char*>(b) + 8, a, 256},
+                             {"host memory", b, pattern.data(), 256}};
+  for (const Refused& r : refused)
+    EXPECT_EQ(hip->hipGraphAddMemcpyNode1D(&node, graph, nullptr, 0, r.dst, r.src, r.bytes, hipMemcpyDeviceToDevice),
+              hipErrorInvalidValue)
+        << r.what;
+  ASSERT_EQ(hip->hipGraphAddMemcpyNode1D(&node, graph, nullptr, 0, b, a, 256, hipMemcpyDeviceToDevice), hipSuccess);
+  hipGraphExec_t exec = nullptr;
+  ASSERT_EQ(hip->hipGraphInstantiateWithFlags(&exec, graph, 0), hipSuccess);
+  EXPECT_EQ(hip->hipGraphExecMemcpyNodeSetParams1D(exec, node, nullptr, a, 256, hipMemcpyDeviceToDevice),
+            hipErrorInvalidValue);
+  ASSERT_EQ(hip->hipGraphLaunch(exec, stream), hipSuccess);
+  std::vector<uint8_t> got(256);
+  ASSERT_EQ(hip->hipMemcpyDtoHAsync(got.data(), b, 256, stream), hipSuccess);
+  EXPECT_EQ(got, pattern);
+
+  EXPECT_EQ(hip->hipGraphExecDestroy(exec), hipSuccess);
+  EXPECT_EQ(hip->hipGraphDestroy(graph), hipSuccess);
+  EXPECT_EQ(hip->hipStreamDestroy(stream), hipSuccess);
+  for (void* p : {a, b}) EXPECT_EQ(hip->hipFree(p), hipSuccess);
+  ExpectNothingLeft();
+}
+
+// A kernel fault loses the device's state for every session on it: both contexts fail
+// with the fault, a new one is refused while they are open, and the last to close resets
+// the device, which then serves again.
+TEST_F(FakeHipDriverTest, AKernelFaultFailsEverySessionUntilTheLastCloses) {
+  std::unique_ptr<Device> device = Discover(HipDeviceGraph::kStream);
+  ASSERT_NE(device, nullptr);
+  TempDir dir;
+  const ProgramSource source{
+      "hip-hsaco", CodeObject({"fault"}), "fault", Signature{{{"x", ParamKind::kBuffer, Access::kInout}}}, {}};
+  ASSERT_TRUE(device->Compile(source, dir.path() / "fault").ok());
+  {
+    ASSERT_OK_AND_ASSIGN(std::unique_ptr<Context> mine, device->OpenContext({"test"}));
+    ASSERT_OK_AND_ASSIGN(std::unique_ptr<Context> theirs, device->OpenContext({"test"}));
+    ASSERT_OK_AND_ASSIGN(Allocation x, mine->Allocate(64));
+    ASSERT_OK_AND_ASSIGN(Allocation y, theirs->Allocate(64));
+    ASSERT_OK_AND_ASSIGN(std::unique_ptr<Kernel> fault, mine->Load(source, dir.path() / "fault"));
+    auto launched = mine->Launch(*fault, std::vector<ArgValue>{{.address = x.address}}, {1, 1, 1}, {1, 1, 1}, true);
+    EXPECT_EQ(launched.status().code(), absl::StatusCode::kFailedPrecondition) << launched.status();
+    EXPECT_THAT(std::string(launched.status().message()),
+                AllOf(HasSubstr("kernel fault"), HasSubstr("hipErrorIllegalAddress")));
+    EXPECT_EQ(fake_.count("faulted"), 1);
+    EXPECT_FALSE(device->health().ok());
+    std::vector<uint8_t> got(64);
+    absl::Status read = theirs->Read(y, 0, got);
+    EXPECT_EQ(read.code(), absl::StatusCode::kFailedPrecondition) << read;
+    absl::StatusOr<std::unique_ptr<Context>> refused = device->OpenContext({"test"});
+    EXPECT_EQ(refused.status().code(), absl::StatusCode::kUnavailable) << refused.status();
+    fault.reset();
+    mine->Free(x);
+    theirs->Free(y);
+  }
+  EXPECT_EQ(fake_.count("resets"), 1) << "the last context out resets the device";
+  EXPECT_EQ(fake_.count("faulted"), 0);
+  EXPECT_TRUE(device->health().ok());
+  {
+    ASSERT_OK_AND_ASSIGN(std::unique_ptr<Context> again, device->OpenContext({"test"}));
+    ASSERT_OK_AND_ASSIGN(Allocation z, again->Allocate(64));
+    ASSERT_TRUE(again->Write(z, 0, Bytes(Iota(16, 3))).ok());
+    again->Free(z);
+  }
+  device.reset();
+  for (const char* what : kObjects) EXPECT_EQ(fake_.count(what), 0) << what;
+}
+
+// Which device graph the daemon makes and where it runs a tenant's HIP work (the daemon's
+// process: HIP devices have no executors yet), named for test names.
+struct Policy {
+  HipDeviceGraph graph;
+  Isolation isolation;
+  const char* name;
+};
+void PrintTo(const Policy& p, std::ostream* os) { *os << p.name; }
+const auto kPolicies = ::testing::Values(Policy{HipDeviceGraph::kGraph, Isolation::kShared, "graph"},
+                                         Policy{HipDeviceGraph::kStream, Isolation::kShared, "stream"});
+std::string PolicyName(const ::testing::TestParamInfo<Policy>& info) { return info.param.name; }
+
+// A daemon on loopback serving cpu:0 and the fake's hip:0, its HIP work where the
+// parameter says.
+class FakeHipDaemonTest : public DaemonFixture, public ::testing::WithParamInterface<Policy> {
+ protected:
+  void SetUp() override {
+    absl::StatusOr<FakeHip> fake = FindFake();
+    if (!fake.ok()) GTEST_SKIP() << fake.status().message();
+    fake_ = *fake;
+    fake_.reset();
+    Options options;
+    options.adjust = [this](DaemonOptions& d) {
+      d.devices = {"cpu", "hip"};
+      d.hip.device_graph = GetParam().graph;
+      d.tenant_defaults.isolation = GetParam().isolation;
+    };
+    Start(options);
+    if (HasFatalFailure()) return;
+    auto session = client_->OpenSession("hip:0");
+    ASSERT_TRUE(session.ok()) << session.status();
+    session_ = std::make_unique<Session>(std::move(*session));
+    if (GetParam().isolation == Isolation::kProcess) {
+      EXPECT_EQ(fake_.count("streams"), 0) << "the session's stream is its executor's, not the daemon's";
+    }
+  }
+
+  Buffer Alloc(uint64_t bytes) {
+    auto b = session_->Alloc(bytes);
+    EXPECT_TRUE(b.ok()) << b.status();
+    return b.ok() ? std::move(*b) : Buffer();
+  }
+
+  // Ends the session and the daemon; the fake must hold nothing that the driver did not
+  // release itself.
+  void ExpectTheDaemonLeftNothing() {
+    ASSERT_TRUE(session_->Close().ok());
+    session_.reset();
+    client_.reset();
+    daemon_.reset();
+    for (const char* what : kObjects) EXPECT_EQ(fake_.count(what), 0) << what;
+    EXPECT_EQ(fake_.count("reclaimed"), 0) << "objects freed only by hipDeviceReset";
+  }
+
+  FakeHip fake_;
+  std::unique_ptr<Session> session_;
+};
+
+// Copies on every kind of slot, defined explicitly, with no kernel (kernels do not run in
+// the fake): parameter to internal, internal to internal, internal to a parameter at an
+// offset, constant to parameter, parameter to parameter. In graph form every copy is a
+// memcpy node of one hipGraph, which the fake checks against the live allocations at
+// creation, at each retargeting and at each launch: no node is built on a placeholder
+// address the runtime does not know. Replayed on fresh buffers, twice.
+TEST_P(FakeHipDaemonTest, ACopyGraphOnParametersInternalsAndConstantsReplaysOnFreshBuffers) {
+  {
+    Buffer weights = Alloc(kN * 4);
+    ASSERT_TRUE(session_->WriteVector(weights, Iota(kN, 1000)).ok());
+    replayd::testing::GraphDefBuilder builder;
+    v1::GraphDef& def = builder.def();
+    const uint32_t kIn = builder.Slot(v1::Slot::PARAMETER, kN * 4), kOut = builder.Slot(v1::Slot::PARAMETER, 2 * kN * 4),
+                   kOut2 = builder.Slot(v1::Slot::PARAMETER, kN * 4), kT = builder.Slot(v1::Slot::INTERNAL, kN * 4),
+                   kU = builder.Slot(v1::Slot::INTERNAL, kN * 4),
+                   kC = builder.Slot(v1::Slot::CONSTANT, kN * 4, weights.handle());
+    auto copy = [&](uint32_t dst, uint64_t dst_offset, uint32_t src) { builder.Copy(dst, dst_offset, src, kN * 4); };
+    copy(kT, 0, kIn);        // parameter -> internal
+    copy(kU, 0, kT);         // internal -> internal
+    copy(kOut, kN * 4, kU);  // internal -> parameter, at an offset
+    copy(kOut, 0, kC);       // constant -> parameter
+    copy(kOut2, 0, kIn);     // parameter -> parameter
+    ASSERT_OK_AND_ASSIGN(Graph graph, session_->DefineGraph(def));
+    EXPECT_EQ(graph.info().calls(), 5u);
+    EXPECT_EQ(graph.info().batches(), 1u) << "every copy a node of one device graph";
+    for (float seed : {1.0f, 5000.0f}) {
+      Buffer in = Alloc(kN * 4), out = Alloc(2 * kN * 4), out2 = Alloc(kN * 4);
+      ASSERT_TRUE(session_->WriteVector(in, Iota(kN, seed)).ok());
+      ASSERT_OK_AND_ASSIGN(ReplayResult r,
+                           session_->Replay(graph, {&in, &out, &out2}, /*wait=*/true, {View{&out}, View{&out2}}));
+      ASSERT_EQ(r.reads.size(), 2u);
+      std::vector<float> want = Iota(kN, 1000);
+      const std::vector<float> in_values = Iota(kN, seed);
+      want.insert(want.end(), in_values.begin(), in_values.end());
+      EXPECT_EQ(Floats(r.reads[0]), want) << "seed " << seed;
+      EXPECT_EQ(Floats(r.reads[1]), in_values) << "seed " << seed;
+    }
+  }
+  ExpectTheDaemonLeftNothing();
+}
+
+// The same kind of graph from a capture: a buffer made and dropped inside it becomes an
+// internal, the weights a constant.
+TEST_P(FakeHipDaemonTest, ACapturedCopyChainReplaysOnFreshBuffers) {
+  {
+    Buffer in = Alloc(kN * 4), out = Alloc(2 * kN * 4), weights = Alloc(kN * 4);
+    ASSERT_TRUE(session_->WriteVector(weights, Iota(kN, 100)).ok());
+    ASSERT_TRUE(session_->WriteVector(in, Iota(kN, 0)).ok());
+    ASSERT_TRUE(session_->BeginCapture({&in}, {}).ok());
+    {
+      Buffer t = Alloc(kN * 4);
+      ASSERT_TRUE(session_->Copy(View{&t}, View{&in}).ok());
+      ASSERT_TRUE(session_->Copy(View{&out, kN * 4, kN * 4}, View{&t}).ok());
+      ASSERT_TRUE(session_->Copy(View{&out, 0, kN * 4}, View{&weights}).ok());
+    }
+    ASSERT_OK_AND_ASSIGN(Graph graph, session_->EndCapture({&out}));
+    EXPECT_EQ(graph.info().calls(), 3u);
+    EXPECT_EQ(graph.info().arena_bytes(), kN * 4u) << "t became an internal";
+    for (float seed : {3.0f, 77.0f}) {
+      Buffer fresh_in = Alloc(kN * 4), fresh_out = Alloc(2 * kN * 4);
+      ASSERT_TRUE(session_->WriteVector(fresh_in, Iota(kN, seed)).ok());
+      ASSERT_OK_AND_ASSIGN(ReplayResult r, session_->Replay(graph, {&fresh_in, &fresh_out}, true, {View{&fresh_out}}));
+      std::vector<float> want = Iota(kN, 100);
+      const std::vector<float> in_values = Iota(kN, seed);
+      want.insert(want.end(), in_values.begin(), in_values.end());
+      ASSERT_EQ(r.reads.size(), 1u);
+      EXPECT_EQ(Floats(r.reads[0]), want) << "seed " << seed;
+    }
+  }
+  ExpectTheDaemonLeftNothing();
+}
+
+// A code object loaded by the fake and launched (the kernel does not run); one for another
+// target and hip-c (which the fake's hiprtc refuses) are INVALID_ARGUMENT with the
+// runtime's and the compiler's words; a captured launch becomes a kernel node retargeted
+// at each replay.
+TEST_P(FakeHipDaemonTest, CodeObjectsLoadLaunchAndReplay) {
+  {
+    const v1::Signature signature = *ParseSignature("out,in,in,int32");
+    Buffer a = Alloc(kN * 4), b = Alloc(kN * 4), out = Alloc(kN * 4);
+    ASSERT_OK_AND_ASSIGN(Program add, session_->Load(ProgramSpec{"hip-hsaco", CodeObject({"add"}), "add", signature, {}}));
+    ASSERT_OK_AND_ASSIGN(v1::LaunchReply launched,
+                         session_->Launch(add, {View{&out}, View{&a}, View{&b}, int64_t{kN}}, {4, 1, 1}, {64, 1, 1},
+                                          /*wait=*/true));
+    EXPECT_GT(launched.device_seconds(), 0);
+    auto rdna = session_->Load(ProgramSpec{"hip-hsaco", CodeObject({"add"}, kGfx1030), "add", signature, {}});
+    EXPECT_EQ(rdna.status().code(), absl::StatusCode::kInvalidArgument) << rdna.status();
+    EXPECT_THAT(std::string(rdna.status().message()), HasSubstr("hipErrorNoBinaryForGpu"));
+    auto source = session_->Load(ProgramSpec{"hip-c", "__global__ void add() {}", "add", signature, {}});
+    EXPECT_EQ(source.status().code(), absl::StatusCode::kInvalidArgument) << source.status();
+    EXPECT_THAT(std::string(source.status().message()), HasSubstr("program.hip:1:1"));
+
+    ASSERT_TRUE(session_->BeginCapture({&a, &b}, {}).ok());
+    ASSERT_TRUE(session_->Launch(add, {View{&out}, View{&a}, View{&b}, int64_t{kN}}, {4, 1, 1}, {64, 1, 1}).ok());
+    ASSERT_OK_AND_ASSIGN(Graph graph, session_->EndCapture({&out}));
+    for (int i = 0; i < 2; ++i) {
+      Buffer fa = Alloc(kN * 4), fb = Alloc(kN * 4), fout = Alloc(kN * 4);
+      ASSERT_TRUE(session_->Replay(graph, {&fa, &fb, &fout}, /*wait=*/true).ok());
+    }
+  }
+  ExpectTheDaemonLeftNothing();
+}
+
+INSTANTIATE_TEST_SUITE_P(Policies, FakeHipDaemonTest, kPolicies, PolicyName);
+
+// In the daemon's process (isolation shared), a kernel fault loses hip:0's state for
+// every session on it: the faulting session and the others answer FAILED_PRECONDITION, a
+// new HIP session is UNAVAILABLE while they are open, and once the last closes the device
+// is reset and serves again. The CPU device serves throughout.
+class FakeHipFaultTest : public FakeHipDaemonTest {};
+
+TEST_P(FakeHipFaultTest, AKernelFaultFailsTheDevicesSessionsUntilTheLastCloses) {
+  auto other = client_->OpenSession("hip:0");
+  ASSERT_TRUE(other.ok()) << other.status();
+  {
+    Buffer mine = Alloc(64);
+    auto theirs = other->Alloc(64);
+    ASSERT_TRUE(theirs.ok()) << theirs.status();
+    ASSERT_OK_AND_ASSIGN(Program fault, session_->Load(ProgramSpec{"hip-hsaco", CodeObject({"fault"}), "fault",
+                                                                   *ParseSignature("inout"), {}}));
+    auto launched = session_->Launch(fault, {View{&mine}}, {1, 1, 1}, {1, 1, 1}, /*wait=*/true);
+    EXPECT_FALSE(launched.ok());
+    EXPECT_EQ(fake_.count("faulted"), 1);
+
+    auto read = session_->ReadVector<float>(mine, 1);
+    EXPECT_EQ(read.status().code(), absl::StatusCode::kFailedPrecondition) << read.status();
+    EXPECT_THAT(std::string(read.status().message()), HasSubstr("kernel fault"));
+    auto their_read = other->ReadVector<float>(*theirs, 1);
+    EXPECT_EQ(their_read.status().code(), absl::StatusCode::kFailedPrecondition) << their_read.status();
+    EXPECT_THAT(std::string(their_read.status().message()), HasSubstr("kernel fault"));
+    auto refused = client_->OpenSession("hip:0");
+    EXPECT_EQ(refused.status().code(), absl::StatusCode::kUnavailable) << refused.status();
+
+    ASSERT_OK_AND_ASSIGN(Session cpu, client_->OpenSession("cpu:0"));
+    ASSERT_OK_AND_ASSIGN(Buffer b, cpu.Alloc(64));
+  }
+  EXPECT_TRUE(session_->Close().ok());
+  session_.reset();
+  EXPECT_TRUE(other->Close().ok());
+  EXPECT_EQ(fake_.count("resets"), 1) << "the last session out resets the device";
+  ASSERT_OK_AND_ASSIGN(Session again, client_->OpenSession("hip:0"));
+  ASSERT_OK_AND_ASSIGN(Buffer in, again.Alloc(kN * 4));
+  ASSERT_OK_AND_ASSIGN(Buffer out, again.Alloc(kN * 4));
+  ASSERT_TRUE(again.WriteVector(in, Iota(kN, 9)).ok());
+  ASSERT_TRUE(again.Copy(View{&out}, View{&in}).ok());
+  ASSERT_OK_AND_ASSIGN(std::vector<float> got, again.ReadVector<float>(out, kN));
+  EXPECT_EQ(got, Iota(kN, 9));
+}
+
+INSTANTIATE_TEST_SUITE_P(Policies, FakeHipFaultTest,
+                         ::testing::Values(Policy{HipDeviceGraph::kGraph, Isolation::kShared, "graph"},
+                                           Policy{HipDeviceGraph::kStream, Isolation::kShared, "stream"}),
+                         PolicyName);
+
+}  // namespace
+}  // namespace replayd::client
