@@ -52,23 +52,41 @@ absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> ServerCredentials(const
   return grpc::SslServerCredentials(ssl);
 }
 
-// What a GPU executor keeps of the daemon's environment: where the vendor's driver is,
-// and which devices are visible in which order (so that cuda:N is the same device in
-// both processes).
-constexpr const char* kGpuEnvironment[] = {"LD_LIBRARY_PATH", "CUDA_VISIBLE_DEVICES", "CUDA_DEVICE_ORDER",
-                                           "CUDA_CACHE_PATH", "CUDA_CACHE_DISABLE"};
+// What a GPU executor keeps of the daemon's environment: where the vendor's runtime is,
+// and which devices are visible in which order and as which target (so that cuda:N and
+// hip:N are the same device in both processes).
+constexpr const char* kGpuEnvironment[] = {"LD_LIBRARY_PATH",     "CUDA_VISIBLE_DEVICES", "CUDA_DEVICE_ORDER",
+                                           "CUDA_CACHE_PATH",     "CUDA_CACHE_DISABLE",   "ROCM_PATH",
+                                           "HIP_PATH",            "HIP_VISIBLE_DEVICES",  "ROCR_VISIBLE_DEVICES",
+                                           "GPU_DEVICE_ORDINAL",  "HSA_OVERRIDE_GFX_VERSION"};
+
+// The arguments and own memory of an executor for the GPU device `device`.
+void DescribeGpuExecutor(const Device& device, const DaemonOptions& options, executor::ExecutorOptions& executor) {
+  const std::string& id = device.info().id;  // cuda:N or hip:N, N the driver's ordinal
+  const std::string ordinal = absl::StrCat("--ordinal=", id.substr(id.find(':') + 1));
+#ifdef REPLAYD_WITH_CUDA
+  if (device.info().kind == DeviceKind::kCuda) {
+    executor.device_args = {"--device=cuda", ordinal, absl::StrCat("--staging_bytes=", options.cuda.staging_bytes)};
+    executor.own_bytes = options.cuda_executor_bytes;
+  }
+#endif
+#ifdef REPLAYD_WITH_HIP
+  if (device.info().kind == DeviceKind::kHip) {
+    executor.device_args = {"--device=hip", ordinal, absl::StrCat("--staging_bytes=", options.hip.staging_bytes),
+                            absl::StrCat("--device_graph=", HipDeviceGraphName(options.hip.device_graph))};
+    executor.own_bytes = options.hip_executor_bytes;
+  }
+#endif
+  (void)options, (void)ordinal;  // a build without a GPU driver has none to describe
+  for (const char* name : kGpuEnvironment)
+    if (const char* value = std::getenv(name)) executor.environment.push_back(absl::StrCat(name, "=", value));
+}
 
 // A device served through executors: a tenant's contexts run in a process of the tenant's
 // own, or in the daemon's process when its policy is Isolation::kShared; both kinds of
-// context draw on the device's one memory account. cpu and cuda devices are; others are
-// served in the daemon's process only, and returned as they are.
+// context draw on the device's one memory account.
 absl::StatusOr<std::unique_ptr<Device>> WithExecutors(std::unique_ptr<Device> device, const DaemonOptions& options) {
   const DeviceKind kind = device->info().kind;
-  if (kind != DeviceKind::kCpu && kind != DeviceKind::kCuda) {
-    spdlog::warn("{}: every tenant's work runs in the daemon's process: executors host cpu and cuda devices only",
-                 device->info().id);
-    return device;
-  }
   executor::ExecutorOptions executor;
   executor.binary = options.executor_binary;
   if (executor.binary.empty()) {
@@ -95,12 +113,7 @@ absl::StatusOr<std::unique_ptr<Device>> WithExecutors(std::unique_ptr<Device> de
                             absl::StrCat("--memory_limit=", device->info().total_memory),
                             absl::StrCat("--threads=", options.cpu.threads)};
   } else {
-    const std::string& id = device->info().id;  // cuda:N, N the driver's ordinal
-    executor.device_args = {"--device=cuda", absl::StrCat("--ordinal=", id.substr(id.find(':') + 1)),
-                            absl::StrCat("--staging_bytes=", options.cuda.staging_bytes)};
-    executor.own_bytes = options.cuda_executor_bytes;
-    for (const char* name : kGpuEnvironment)
-      if (const char* value = std::getenv(name)) executor.environment.push_back(absl::StrCat(name, "=", value));
+    DescribeGpuExecutor(*device, options, executor);
   }
   executor.command_timeout = options.tenant_defaults.max_launch;
   spdlog::info("{}: tenants run in executors ({}) unless their isolation is shared; default isolation {}",

@@ -53,6 +53,8 @@ struct DaemonOptions {
 #endif
 #ifdef REPLAYD_WITH_HIP
   HipDriverOptions hip;
+  // Device memory counted for each running HIP executor's own runtime state.
+  uint64_t hip_executor_bytes = uint64_t{256} << 20;
 #endif
   // For tenants whose policy says nothing (and `default`, without a tenants file): where
   // their device work runs and the longest one launch may run there. kProcess: a

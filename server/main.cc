@@ -46,6 +46,9 @@ ABSL_FLAG(std::string, hip_device_graph, "auto",
           "session's stream) or auto (stream on ROCm 5, graph from ROCm 6)");
 ABSL_FLAG(uint64_t, hip_staging_bytes, 1 << 20,
           "bytes of each of a HIP session's two pinned staging buffers for writes and reads");
+ABSL_FLAG(uint64_t, hip_executor_bytes, uint64_t{256} << 20,
+          "device memory counted for each running HIP executor's own runtime state (its queues, scratch and "
+          "loaded code objects), beside what its sessions allocate; an estimate, not measured; 0 counts none");
 ABSL_FLAG(std::string, cache_dir, "", "compile cache directory (default $XDG_CACHE_HOME/replayd or ~/.cache/replayd)");
 ABSL_FLAG(uint64_t, cache_max_bytes, uint64_t{1} << 30,
           "bytes of compiled artifacts the compile cache keeps; past it the least recently used are removed");
@@ -315,6 +318,7 @@ int main(int argc, char** argv) {
   }
   options.hip.device_graph = *hip_graph;
   options.hip.staging_bytes = absl::GetFlag(FLAGS_hip_staging_bytes);
+  options.hip_executor_bytes = absl::GetFlag(FLAGS_hip_executor_bytes);
 #endif
   for (const auto* flag : {&FLAGS_graph_batch, &FLAGS_graph_cache_graphs}) {
     if (absl::GetFlag(*flag) < 1) {

@@ -6,15 +6,19 @@
 // the vendor's driver is and which devices are visible). Before it makes its device it
 // confines itself (drivers/executor/sandbox.h): a cpu executor reads artifacts from
 // --artifacts only and its address space is bounded by the device's memory and a margin;
-// a cuda executor gets the no-new-privileges and limit steps. It ends when the daemon
-// does.
+// a cuda or hip executor gets the no-new-privileges and limit steps. It ends when the
+// daemon does.
 //
 //   replayd-executor --fd=3 --socket=4 --device=cpu --artifacts=DIR [--memory_limit=BYTES]
 //                    [--threads=N]
 //   replayd-executor --fd=3 --socket=4 --device=cuda --ordinal=N [--staging_bytes=BYTES]
+//   replayd-executor --fd=3 --socket=4 --device=hip --ordinal=N [--staging_bytes=BYTES]
+//                    [--device_graph=auto|graph|stream]
 //
 // A cuda executor serves every context in the device's primary context, a stream each:
-// one CUDA context per tenant, whose fault ends only this process.
+// one CUDA context per tenant, whose fault ends only this process. A hip executor serves
+// every context on the device's runtime state in this process, a stream each, so a kernel
+// fault (which loses that state for every stream, or aborts the process) ends only it.
 #include <unistd.h>
 
 #include <cstdio>
@@ -33,6 +37,9 @@
 #include "drivers/executor/channel.h"
 #include "drivers/executor/executor_server.h"
 #include "drivers/executor/sandbox.h"
+#ifdef REPLAYD_WITH_HIP
+#include "drivers/hip/hip_driver.h"
+#endif
 
 namespace {
 
@@ -58,6 +65,47 @@ int Refuse(replayd::executor::Channel& control, pid_t parent, const absl::Status
   return 2;
 }
 
+// The GPU device `id` that `driver` discovers; UNAVAILABLE saying why it has none.
+template <typename GpuDriver>
+absl::StatusOr<std::unique_ptr<replayd::Device>> Find(GpuDriver& driver, const std::string& id) {
+  for (auto& d : driver.Discover())
+    if (d->info().id == id) return std::move(d);
+  return absl::UnavailableError(absl::StrCat("executor: ", id, " not found", driver.unavailable().empty() ? "" : ": ",
+                                             driver.unavailable()));
+}
+
+// The cuda or hip device `ordinal`, made as the daemon asked (0 staging bytes: the
+// driver's default). The daemon compiles its programs: the executor loads artifacts only.
+absl::StatusOr<std::unique_ptr<replayd::Device>> MakeGpuDevice(const std::string& kind, int ordinal,
+                                                               uint64_t staging_bytes,
+                                                               const std::string& device_graph) {
+  const std::string id = absl::StrCat(kind, ":", ordinal);
+  if (kind == "cuda") {
+#ifdef REPLAYD_WITH_CUDA
+    replayd::CudaDriverOptions options;
+    options.context = replayd::CudaContextPolicy::kPrimary;
+    options.compile = false;
+    if (staging_bytes > 0) options.staging_bytes = staging_bytes;
+    replayd::CudaDriver driver(options);
+    return Find(driver, id);
+#else
+    return absl::UnavailableError("executor: this build has no cuda driver");
+#endif
+  }
+#ifdef REPLAYD_WITH_HIP
+  replayd::HipDriverOptions options;
+  absl::StatusOr<replayd::HipDeviceGraph> graph = replayd::ParseHipDeviceGraph(device_graph);
+  if (!graph.ok()) return graph.status();
+  options.device_graph = *graph;
+  if (staging_bytes > 0) options.staging_bytes = staging_bytes;
+  replayd::HipDriver driver(options);
+  return Find(driver, id);
+#else
+  (void)device_graph;
+  return absl::UnavailableError("executor: this build has no hip driver");
+#endif
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -67,6 +115,7 @@ int main(int argc, char** argv) {
   replayd::CpuDriverOptions cpu;
   int ordinal = -1;
   uint64_t staging_bytes = 0;
+  std::string device_graph = "auto";
   replayd::executor::SandboxOptions sandbox;
   for (int i = 1; i < argc; ++i) {
     const std::string arg = argv[i];
@@ -90,44 +139,34 @@ int main(int argc, char** argv) {
       ok = absl::SimpleAtoi(v, &ordinal) && ordinal >= 0;
     } else if (const char* v = value("--staging_bytes=")) {
       ok = absl::SimpleAtoi(v, &staging_bytes) && staging_bytes > 0;
+    } else if (const char* v = value("--device_graph=")) {
+      device_graph = v;
     } else {
       ok = false;
     }
     if (!ok) return Fail("unknown or malformed argument " + arg);
   }
-  const bool cuda = device == "cuda";
-  if (fd < 0 || socket < 0 || (device != "cpu" && !cuda) || (cuda && ordinal < 0))
+  const bool gpu = device == "cuda" || device == "hip";
+  if (fd < 0 || socket < 0 || (device != "cpu" && !gpu) || (gpu && ordinal < 0))
     return Fail("usage: replayd-executor --fd=N --socket=N --device=cpu [--memory_limit=B] [--threads=N] | "
-                "--device=cuda --ordinal=N [--staging_bytes=B]");
+                "--device=cuda --ordinal=N [--staging_bytes=B] | --device=hip --ordinal=N [--staging_bytes=B] "
+                "[--device_graph=auto|graph|stream]");
 
   absl::StatusOr<replayd::executor::Channel> channel = replayd::executor::Channel::Attach(fd);
   if (!channel.ok()) return Fail(std::string(channel.status().message()));
   // The device's memory, and room for the program, its threads' stacks and the artifacts.
   if (cpu.memory_limit > 0) sandbox.address_space = cpu.memory_limit + (uint64_t{4} << 30);
-  sandbox.host_kernels = !cuda;
+  sandbox.host_kernels = !gpu;
   absl::StatusOr<replayd::executor::SandboxReport> confined = replayd::executor::Confine(sandbox);
   if (!confined.ok()) return Fail(std::string(confined.status().message()));
-  if (!cuda && !confined->landlock)
+  if (!gpu && !confined->landlock)
     std::fprintf(stderr, "replayd-executor: no Landlock: file access is not confined\n");
 
   std::unique_ptr<replayd::Device> served;
-  if (cuda) {
-#ifdef REPLAYD_WITH_CUDA
-    replayd::CudaDriverOptions options;
-    options.context = replayd::CudaContextPolicy::kPrimary;
-    options.compile = false;
-    if (staging_bytes > 0) options.staging_bytes = staging_bytes;
-    replayd::CudaDriver driver(options);
-    const std::string id = "cuda:" + std::to_string(ordinal);
-    for (auto& d : driver.Discover())
-      if (d->info().id == id) served = std::move(d);
-    if (!served)
-      return Refuse(*channel, parent,
-                    absl::UnavailableError(absl::StrCat("executor: ", id, " not found",
-                                                        driver.unavailable().empty() ? "" : ": ", driver.unavailable())));
-#else
-    return Refuse(*channel, parent, absl::UnavailableError("executor: this build has no cuda driver"));
-#endif
+  if (gpu) {
+    absl::StatusOr<std::unique_ptr<replayd::Device>> made = MakeGpuDevice(device, ordinal, staging_bytes, device_graph);
+    if (!made.ok()) return Refuse(*channel, parent, made.status());
+    served = *std::move(made);
   } else {
     // The executor compiles nothing: no compiler is run to describe the device.
     cpu.compiler.compiler = "";

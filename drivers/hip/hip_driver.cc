@@ -28,6 +28,18 @@ absl::StatusOr<HipDeviceGraph> ParseHipDeviceGraph(absl::string_view name) {
   return absl::InvalidArgumentError(absl::StrCat("HIP device graph \"", name, "\" is not auto, graph or stream"));
 }
 
+absl::string_view HipDeviceGraphName(HipDeviceGraph graph) {
+  switch (graph) {
+    case HipDeviceGraph::kGraph:
+      return "graph";
+    case HipDeviceGraph::kStream:
+      return "stream";
+    case HipDeviceGraph::kAuto:
+      break;
+  }
+  return "auto";
+}
+
 namespace {
 
 // A fault loses the device's state, for every session: they share one address space.
@@ -144,6 +156,9 @@ class HipDevice : public Device {
 
   const DeviceInfo& info() const override { return d_.info; }
   uint64_t memory_in_use() const override { return memory_.in_use(); }
+  // A fault loses the device's state for every session until the last one leaves and
+  // resets it; an executor hosting the device (its sessions all one tenant's) ends instead.
+  absl::Status health() const override { return fault_.fault(); }
   absl::Status Compile(const ProgramSource& source, const std::filesystem::path& output) override {
     absl::StatusOr<ModuleArtifact> artifact = BuildHipModule(source, *hip_, d_.target);
     if (!artifact.ok()) return artifact.status();

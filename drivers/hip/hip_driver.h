@@ -30,6 +30,8 @@ enum class HipDeviceGraph {
 
 // "auto", "graph" or "stream".
 absl::StatusOr<HipDeviceGraph> ParseHipDeviceGraph(absl::string_view name);
+// The name ParseHipDeviceGraph reads back.
+absl::string_view HipDeviceGraphName(HipDeviceGraph graph);
 
 struct HipDriverOptions {
   HipDeviceGraph device_graph = HipDeviceGraph::kAuto;

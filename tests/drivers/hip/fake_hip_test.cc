@@ -1,5 +1,5 @@
 // The HIP driver against a fake libamdhip64.so.6 (tests/support/fake_hip), loaded as the
-// daemon loads AMD's: the HipDriver and a daemon on loopback run for real
+// daemon loads AMD's: the HipDriver, a daemon on loopback and HIP executors run for real
 // over a runtime as strict as ROCm where replayd depends on it, so the mistakes that only
 // a GPU would show (a memcpy node on address 0, a copy off an allocation, a code object
 // for another target, a kernel fault that loses the device's state for every session)
@@ -17,6 +17,7 @@
 #include <gmock/gmock.h>
 
 #include <cstring>
+#include <fstream>
 #include <numeric>
 
 #include "drivers/hip/hip_driver.h"
@@ -26,11 +27,13 @@
 #include "tests/support/graph_def.h"
 #include "tests/support/status_macros.h"
 #include "tests/support/temp_dir.h"
+#include "tests/support/tenants_file.h"
 
 namespace replayd::client {
 namespace {
 
 using ::testing::AllOf;
+using ::testing::AnyOf;
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 
@@ -392,8 +395,9 @@ TEST_F(FakeHipDriverTest, AKernelFaultFailsEverySessionUntilTheLastCloses) {
   for (const char* what : kObjects) EXPECT_EQ(fake_.count(what), 0) << what;
 }
 
-// Which device graph the daemon makes and where it runs a tenant's HIP work (the daemon's
-// process: HIP devices have no executors yet), named for test names.
+// Where the daemon runs a tenant's HIP work and which device graph it makes, named for
+// test names: in the daemon's process, or in an executor process of the tenant's own
+// (whose fake runtime is its own: this process's fake then sees none of its objects).
 struct Policy {
   HipDeviceGraph graph;
   Isolation isolation;
@@ -401,7 +405,9 @@ struct Policy {
 };
 void PrintTo(const Policy& p, std::ostream* os) { *os << p.name; }
 const auto kPolicies = ::testing::Values(Policy{HipDeviceGraph::kGraph, Isolation::kShared, "graph"},
-                                         Policy{HipDeviceGraph::kStream, Isolation::kShared, "stream"});
+                                         Policy{HipDeviceGraph::kStream, Isolation::kShared, "stream"},
+                                         Policy{HipDeviceGraph::kGraph, Isolation::kProcess, "executor_graph"},
+                                         Policy{HipDeviceGraph::kStream, Isolation::kProcess, "executor_stream"});
 std::string PolicyName(const ::testing::TestParamInfo<Policy>& info) { return info.param.name; }
 
 // A daemon on loopback serving cpu:0 and the fake's hip:0, its HIP work where the
@@ -603,6 +609,131 @@ INSTANTIATE_TEST_SUITE_P(Policies, FakeHipFaultTest,
                          ::testing::Values(Policy{HipDeviceGraph::kGraph, Isolation::kShared, "graph"},
                                            Policy{HipDeviceGraph::kStream, Isolation::kShared, "stream"}),
                          PolicyName);
+
+// In executors (the default), a kernel fault ends only its tenant's executor: the fake in
+// that process faults, while the daemon's process, the other tenant's executor and the
+// tenant's next executor each have HIP state of their own.
+class FakeHipExecutorTest : public DaemonFixture {
+ protected:
+  void SetUp() override {
+    absl::StatusOr<FakeHip> fake = FindFake();
+    if (!fake.ok()) GTEST_SKIP() << fake.status().message();
+    fake_ = *fake;
+    fake_.reset();
+    const std::filesystem::path file = cache_.path() / "tenants.textproto";
+    std::ofstream(file) << TenantText("research", "research-token", "") << TenantText("prod", "prod-token", "")
+                        << TenantText("ops", "ops-token", "");
+    Options options;
+    options.tenants_file = file;
+    options.adjust = [](DaemonOptions& d) {
+      d.devices = {"cpu", "hip"};
+      d.tenant_defaults.isolation = Isolation::kProcess;
+      d.hip_executor_bytes = kExecutorBytes;
+    };
+    Start(options);
+  }
+  Client As(const std::string& token) {
+    ClientOptions o;
+    o.token = token;
+    return Client::Connect(daemon_->address(), o);
+  }
+  uint64_t HipFreeMemory(Client& c) {
+    absl::StatusOr<std::vector<v1::Device>> devices = c.ListDevices();
+    EXPECT_TRUE(devices.ok()) << devices.status();
+    for (const v1::Device& d : devices.ok() ? *devices : std::vector<v1::Device>())
+      if (d.id() == "hip:0") return d.free_memory();
+    ADD_FAILURE() << "hip:0 is not listed";
+    return 0;
+  }
+  static constexpr uint64_t kExecutorBytes = 400 << 20;  // of the fake's 1 GiB
+  // Writes kN floats from `seed` to a buffer of `s`, copies them on the device to another
+  // and reads them back: what a tenant whose executor works sees.
+  void ExpectCopiesRight(Session& s, float seed) {
+    ASSERT_OK_AND_ASSIGN(Buffer in, s.Alloc(kN * 4));
+    ASSERT_OK_AND_ASSIGN(Buffer out, s.Alloc(kN * 4));
+    ASSERT_TRUE(s.WriteVector(in, Iota(kN, seed)).ok());
+    ASSERT_TRUE(s.Copy(View{&out}, View{&in}).ok());
+    ASSERT_OK_AND_ASSIGN(std::vector<float> got, s.ReadVector<float>(out, kN));
+    EXPECT_EQ(got, Iota(kN, seed));
+  }
+
+  FakeHip fake_;
+};
+
+// A tenant's executor holds HIP runtime state of its own, which the device's memory
+// counts while it runs (--hip_executor_bytes): past what the device has, a tenant's first
+// session is refused, and an executor that ends gives its share back.
+TEST_F(FakeHipExecutorTest, AnExecutorsOwnStateIsCountedAgainstTheDevice) {
+  Client research = As("research-token"), prod = As("prod-token"), ops = As("ops-token");
+  const uint64_t total = HipFreeMemory(research);
+  ASSERT_EQ(total, uint64_t{1} << 30);
+  ASSERT_OK_AND_ASSIGN(Session mine, research.OpenSession("hip:0"));
+  EXPECT_EQ(HipFreeMemory(research), total - kExecutorBytes);
+  ASSERT_OK_AND_ASSIGN(Session mine_too, research.OpenSession("hip:0"));
+  EXPECT_EQ(HipFreeMemory(research), total - kExecutorBytes) << "one executor per tenant";
+  ASSERT_OK_AND_ASSIGN(Session theirs, prod.OpenSession("hip:0"));
+  EXPECT_EQ(HipFreeMemory(research), total - 2 * kExecutorBytes);
+  absl::StatusOr<Session> refused = ops.OpenSession("hip:0");
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kResourceExhausted) << refused.status();
+  EXPECT_THAT(std::string(refused.status().message()), HasSubstr("an executor for tenant ops needs"));
+  ExpectCopiesRight(theirs, 1);
+  EXPECT_TRUE(mine_too.Close().ok());
+  EXPECT_TRUE(mine.Close().ok());
+  EXPECT_EQ(HipFreeMemory(research), total - kExecutorBytes);
+  ASSERT_OK_AND_ASSIGN(Session ours, ops.OpenSession("hip:0"));
+  ExpectCopiesRight(ours, 2);
+}
+
+// An executor without the fake (here: the daemon started without it on its
+// LD_LIBRARY_PATH, which its HIP executors inherit, so they load Debian's runtime, whose
+// hipInit finds no GPU, or no runtime at all) says why: the session that started it is
+// UNAVAILABLE naming the device and the cause, and the daemon serves on.
+TEST_F(FakeHipExecutorTest, AnExecutorWithoutTheRuntimeSaysWhy) {
+  const std::string path = std::getenv("LD_LIBRARY_PATH") ? std::getenv("LD_LIBRARY_PATH") : "";
+  setenv("LD_LIBRARY_PATH", (cache_.path() / "nothing-here").c_str(), 1);
+  SetUp();  // a daemon started now, its executors' environment without the fake
+  setenv("LD_LIBRARY_PATH", path.c_str(), 1);
+  if (HasFatalFailure() || IsSkipped()) return;
+  Client research = As("research-token");
+  absl::StatusOr<Session> refused = research.OpenSession("hip:0");
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kUnavailable) << refused.status();
+  EXPECT_THAT(std::string(refused.status().message()),
+              AllOf(HasSubstr("executor: hip:0 not found: "), AnyOf(HasSubstr("hipInit"), HasSubstr("libamdhip64"))));
+  ASSERT_OK_AND_ASSIGN(Session cpu, research.OpenSession("cpu:0"));
+  ASSERT_OK_AND_ASSIGN(Buffer b, cpu.Alloc(64));
+}
+
+TEST_F(FakeHipExecutorTest, AKernelFaultEndsOnlyItsTenantsExecutor) {
+  Client research = As("research-token"), prod = As("prod-token");
+  ASSERT_OK_AND_ASSIGN(Session mine, research.OpenSession("hip:0"));
+  ASSERT_OK_AND_ASSIGN(Session mine_too, research.OpenSession("hip:0"));
+  ASSERT_OK_AND_ASSIGN(Session theirs, prod.OpenSession("hip:0"));
+  ExpectCopiesRight(theirs, 1);
+  ExpectCopiesRight(mine_too, 2);
+  ASSERT_OK_AND_ASSIGN(Buffer held, mine.Alloc(1 << 20));
+  ASSERT_OK_AND_ASSIGN(Buffer also, mine_too.Alloc(64));
+  ASSERT_OK_AND_ASSIGN(Program fault, mine.Load(ProgramSpec{"hip-hsaco", CodeObject({"fault"}), "fault",
+                                                            *ParseSignature("inout"), {}}));
+  absl::StatusOr<v1::LaunchReply> launched = mine.Launch(fault, {View{&held}}, {1, 1, 1}, {1, 1, 1}, /*wait=*/true);
+  ASSERT_EQ(launched.status().code(), absl::StatusCode::kFailedPrecondition) << launched.status();
+  EXPECT_THAT(std::string(launched.status().message()),
+              AllOf(HasSubstr("executor of tenant research on hip:0 lost its device while running program"),
+                    HasSubstr("entry 'fault'"), HasSubstr("kernel fault")));
+  // The tenant's other session shared the executor, and says so.
+  absl::StatusOr<std::vector<float>> read = mine_too.ReadVector<float>(also, 1);
+  EXPECT_EQ(read.status().code(), absl::StatusCode::kFailedPrecondition) << read.status();
+
+  // The other tenant never noticed; the daemon's own HIP state was never touched.
+  ExpectCopiesRight(theirs, 3);
+  EXPECT_EQ(fake_.count("faulted"), 0);
+  EXPECT_EQ(fake_.count("streams"), 0);
+
+  // The tenant's next session runs in a fresh executor.
+  EXPECT_TRUE(mine.Close().ok());
+  EXPECT_TRUE(mine_too.Close().ok());
+  ASSERT_OK_AND_ASSIGN(Session again, research.OpenSession("hip:0"));
+  ExpectCopiesRight(again, 4);
+}
 
 }  // namespace
 }  // namespace replayd::client
