@@ -121,6 +121,22 @@ std::string CodeObject(const std::vector<std::string>& kernels, uint32_t mach = 
   return image;
 }
 
+// A clang offload bundle, as some hiprtc versions return hip-c's code: the magic, the
+// entry count, each entry's offset, size and triple, then the entries' bytes.
+std::string OffloadBundle(const std::vector<std::pair<std::string, std::string>>& entries) {
+  std::string header = "__CLANG_OFFLOAD_BUNDLE__";
+  auto u64 = [](uint64_t v) { return std::string(reinterpret_cast<const char*>(&v), 8); };
+  size_t size = header.size() + 8;
+  for (const auto& [triple, image] : entries) size += 24 + triple.size();
+  header += u64(entries.size());
+  std::string body;
+  for (const auto& [triple, image] : entries) {
+    header += u64(size + body.size()) + u64(image.size()) + u64(triple.size()) + triple;
+    body += image;
+  }
+  return header + body;
+}
+
 // The kinds of object the fake counts, each of which its owner must release.
 constexpr const char* kObjects[] = {"allocations", "host_allocations", "streams",    "events",
                                     "modules",     "graphs",           "graph_execs"};
@@ -300,7 +316,8 @@ INSTANTIATE_TEST_SUITE_P(DeviceGraphs, FakeHipDeviceGraphTest, ::testing::Values
 
 // The fake itself, through the entry points the driver resolves: a memcpy node must lie
 // in live allocations, at creation and when retargeted, as the runtime demands, and a
-// graph launch performs it.
+// graph launch performs it; a module image is a code object or an offload bundle with one
+// for the device's target.
 TEST_F(FakeHipDriverTest, TheFakeRefusesAMemcpyNodeOffLiveAllocations) {
   ASSERT_OK_AND_ASSIGN(std::unique_ptr<HipLibrary> hip, HipLibrary::Load());
   ASSERT_EQ(hip->hipInit(0), hipSuccess);
@@ -344,10 +361,96 @@ TEST_F(FakeHipDriverTest, TheFakeRefusesAMemcpyNodeOffLiveAllocations) {
   ASSERT_EQ(hip->hipMemcpyDtoHAsync(got.data(), b, 256, stream), hipSuccess);
   EXPECT_EQ(got, pattern);
 
+  // Module images: an offload bundle loads when it holds a code object for the target.
+  hipModule_t module = nullptr;
+  const std::string host = "host-x86_64-unknown-linux--";
+  const std::string bundle = OffloadBundle({{host, ""},
+                                            {"hipv4-amdgcn-amd-amdhsa--gfx1030", CodeObject({"k"}, kGfx1030)},
+                                            {"hipv4-amdgcn-amd-amdhsa--gfx90a", CodeObject({"k"})}});
+  ASSERT_EQ(hip->hipModuleLoadData(&module, bundle.data()), hipSuccess);
+  hipFunction_t k = nullptr;
+  EXPECT_EQ(hip->hipModuleGetFunction(&k, module, "k"), hipSuccess);
+  EXPECT_EQ(hip->hipModuleUnload(module), hipSuccess);
+  const std::string elsewhere = OffloadBundle({{"hipv4-amdgcn-amd-amdhsa--gfx1030", CodeObject({"k"}, kGfx1030)}});
+  EXPECT_EQ(hip->hipModuleLoadData(&module, elsewhere.data()), hipErrorNoBinaryForGpu);
+  EXPECT_EQ(hip->hipModuleLoadData(&module, "MZ: neither a code object nor a bundle"), hipErrorInvalidImage);
+
   EXPECT_EQ(hip->hipGraphExecDestroy(exec), hipSuccess);
   EXPECT_EQ(hip->hipGraphDestroy(graph), hipSuccess);
   EXPECT_EQ(hip->hipStreamDestroy(stream), hipSuccess);
   for (void* p : {a, b}) EXPECT_EQ(hip->hipFree(p), hipSuccess);
+  ExpectNothingLeft();
+}
+
+// hiprtc of AMD's runtime where the machine has one (Debian's libamdhip64.so.5 compiles
+// for any target without a GPU), opened beside the fake: what it makes for a target is
+// what a client would send as hip-hsaco.
+class RealHiprtc {
+ public:
+  static absl::StatusOr<RealHiprtc> Open() {
+    void* handle = dlopen("libamdhip64.so.5", RTLD_NOW | RTLD_LOCAL);
+    if (!handle) return absl::UnavailableError("AMD's libamdhip64.so.5 is not installed");
+    RealHiprtc rtc;
+    rtc.create_ = reinterpret_cast<decltype(&hiprtcCreateProgram)>(dlsym(handle, "hiprtcCreateProgram"));
+    rtc.compile_ = reinterpret_cast<decltype(&hiprtcCompileProgram)>(dlsym(handle, "hiprtcCompileProgram"));
+    rtc.size_ = reinterpret_cast<decltype(&hiprtcGetCodeSize)>(dlsym(handle, "hiprtcGetCodeSize"));
+    rtc.code_ = reinterpret_cast<decltype(&hiprtcGetCode)>(dlsym(handle, "hiprtcGetCode"));
+    rtc.destroy_ = reinterpret_cast<decltype(&hiprtcDestroyProgram)>(dlsym(handle, "hiprtcDestroyProgram"));
+    if (!rtc.create_ || !rtc.compile_ || !rtc.size_ || !rtc.code_ || !rtc.destroy_)
+      return absl::UnavailableError("AMD's libamdhip64.so.5 has no hiprtc");
+    return rtc;
+  }
+  // The code object of `source` for `arch`.
+  absl::StatusOr<std::string> Compile(const char* source, const std::string& arch) const {
+    hiprtcProgram prog = nullptr;
+    if (create_(&prog, source, "program.hip", 0, nullptr, nullptr) != HIPRTC_SUCCESS)
+      return absl::InternalError("hiprtcCreateProgram");
+    const std::string option = "--offload-arch=" + arch;
+    const char* options[] = {option.c_str()};
+    std::string image;
+    size_t size = 0;
+    if (compile_(prog, 1, options) == HIPRTC_SUCCESS && size_(prog, &size) == HIPRTC_SUCCESS && size > 0) {
+      image.resize(size);
+      if (code_(prog, image.data()) != HIPRTC_SUCCESS) image.clear();
+    }
+    destroy_(&prog);
+    if (image.empty()) return absl::UnavailableError("hiprtc compiled nothing for " + arch);
+    return image;
+  }
+
+ private:
+  decltype(&hiprtcCreateProgram) create_ = nullptr;
+  decltype(&hiprtcCompileProgram) compile_ = nullptr;
+  decltype(&hiprtcGetCodeSize) size_ = nullptr;
+  decltype(&hiprtcGetCode) code_ = nullptr;
+  decltype(&hiprtcDestroyProgram) destroy_ = nullptr;
+};
+
+// The fake takes what AMD's compiler makes, by the rules it checks CodeObject's images
+// with: a code object for the device's target loads and its kernel is found, one for the
+// device's target with xnack on (which the device runs without) or for another target
+// does not.
+TEST_F(FakeHipDriverTest, TheFakeLoadsWhatAmdsCompilerMakesForItsTargetOnly) {
+  absl::StatusOr<RealHiprtc> rtc = RealHiprtc::Open();
+  if (!rtc.ok()) GTEST_SKIP() << rtc.status().message();
+  constexpr char kScale[] = R"(
+extern "C" __global__ void scale(float *x, int n) {
+  int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < n) x[i] *= 2.0f;
+})";
+  ASSERT_OK_AND_ASSIGN(std::string mine, rtc->Compile(kScale, "gfx90a:sramecc+:xnack-"));
+  ASSERT_OK_AND_ASSIGN(std::string xnack, rtc->Compile(kScale, "gfx90a:xnack+"));
+  ASSERT_OK_AND_ASSIGN(std::string rdna, rtc->Compile(kScale, "gfx1030"));
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<HipLibrary> hip, HipLibrary::Load());
+  ASSERT_EQ(hip->hipInit(0), hipSuccess);
+  hipModule_t module = nullptr;
+  ASSERT_EQ(hip->hipModuleLoadData(&module, mine.data()), hipSuccess);
+  hipFunction_t f = nullptr;
+  EXPECT_EQ(hip->hipModuleGetFunction(&f, module, "scale"), hipSuccess);
+  EXPECT_EQ(hip->hipModuleGetFunction(&f, module, "other"), hipErrorNotFound);
+  EXPECT_EQ(hip->hipModuleUnload(module), hipSuccess);
+  EXPECT_EQ(hip->hipModuleLoadData(&module, xnack.data()), hipErrorNoBinaryForGpu);
+  EXPECT_EQ(hip->hipModuleLoadData(&module, rdna.data()), hipErrorNoBinaryForGpu);
   ExpectNothingLeft();
 }
 
