@@ -124,5 +124,14 @@ TEST(HipDeviceGraphTest, ParsesTheThreeChoices) {
   EXPECT_EQ(ParseHipDeviceGraph("hipgraph").status().code(), absl::StatusCode::kInvalidArgument);
 }
 
+// What the daemon passes to a HIP executor reads back as the same choice.
+TEST(HipDeviceGraphTest, NamesReadBack) {
+  for (HipDeviceGraph g : {HipDeviceGraph::kAuto, HipDeviceGraph::kGraph, HipDeviceGraph::kStream}) {
+    absl::StatusOr<HipDeviceGraph> parsed = ParseHipDeviceGraph(HipDeviceGraphName(g));
+    ASSERT_TRUE(parsed.ok()) << parsed.status();
+    EXPECT_EQ(*parsed, g);
+  }
+}
+
 }  // namespace
 }  // namespace replayd
