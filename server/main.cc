@@ -229,6 +229,11 @@ int PrintConfig() {
 }  // namespace
 
 int main(int argc, char** argv) {
+  // Debian's Abseil is built without NDEBUG, so by default every Mutex lock updates a
+  // process-wide graph of lock orders to find deadlocks: about a tenth of the daemon's time
+  // in pipelined replays through an executor (docs/performance.md). The daemon does
+  // without; the tests keep it, where it finds lock-order inversions.
+  absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);
   absl::SetProgramUsageMessage("replayd [flags]: serve compute devices over gRPC");
   absl::StatusOr<std::optional<replayd::ConfigFile>> config_file = ReadConfigFlags(argc, argv);
   if (!config_file.ok()) {

@@ -89,9 +89,9 @@ void Channel::PostReply(uint64_t bytes) {
   Publish(header().reply_seq, taken_, header().reply_wanted);
 }
 
-absl::StatusOr<uint64_t> Channel::MessageLength(uint64_t bytes) const {
-  if (bytes > kMessageBytes)
-    return absl::DataLossError(absl::StrCat("executor channel: a message of ", bytes, " bytes exceeds ", kMessageBytes));
+absl::StatusOr<uint64_t> Channel::MessageLength(uint64_t bytes, uint64_t limit) {
+  if (bytes > limit)
+    return absl::DataLossError(absl::StrCat("executor channel: a message of ", bytes, " bytes exceeds ", limit));
   return bytes;
 }
 

@@ -2,10 +2,16 @@
 // in both, holding up to kSlots requests in flight and their replies (a message area per
 // slot for the encoded command and its reply, and one data area for bulk bytes), with
 // futex wake-ups on two sequence counters. Requests are numbered 1, 2, ... and answered
-// in order; request n and its reply use slot n % kSlots. So the daemon can post a command
-// behind one still running (a read behind a launch without wait) and the executor takes
-// it without another wake-up. The daemon posts at most kSlots requests past the last
-// reply it has read, and only one of them may use the data area.
+// in order; request n and its reply use slot n % kSlots. So the daemon can post commands
+// behind one still running (replays without wait, a read behind them) and the executor
+// takes them without another wake-up. The daemon posts at most kSlots requests past the
+// last reply it has read.
+//
+// A request longer than its slot's area (a device graph of many nodes) travels in the
+// data area instead, which its length says: a request of more than kSlotBytes is there.
+// The data area also carries the bytes of a Write (from the daemon) and of a Read (from
+// the executor), so the daemon writes into it only while no command posted and not yet
+// answered uses it. A reply always fits its slot.
 //
 // A waiter spins briefly before it sleeps, where its process may use more than one core:
 // a reply that comes within the spin costs no wake-up (a futex wake across the two cores
@@ -30,9 +36,10 @@ namespace replayd::executor {
 
 class Channel {
  public:
-  static constexpr uint64_t kMessageBytes = 1 << 20;  // one encoded request or reply
-  static constexpr uint64_t kDataBytes = 4 << 20;     // bulk bytes of one Write or Read
-  static constexpr uint32_t kSlots = 2;               // requests in flight at most
+  static constexpr uint32_t kSlots = 8;                // requests in flight at most
+  static constexpr uint64_t kSlotBytes = 64 << 10;     // a slot's request or reply area
+  static constexpr uint64_t kDataBytes = 4 << 20;      // bulk bytes of one Write or Read
+  static constexpr uint64_t kMessageBytes = kDataBytes;  // the longest request
 
   // A new channel in a fresh memfd (close-on-exec; the spawner passes it on).
   static absl::StatusOr<Channel> Create();
@@ -46,31 +53,36 @@ class Channel {
   int fd() const { return fd_; }
 
   // Daemon side. PostRequest publishes the request of `bytes` message bytes already
-  // written at next_request() and returns its number; AwaitReply waits for the reply to
+  // written at request_area(bytes) and returns its number; AwaitReply waits for the reply to
   // request `seq` until `deadline`, returning its message length (the message is at
   // reply_of(seq) until request seq + kSlots is posted), or DEADLINE_EXCEEDED. `stop` is
   // asked at every sleep's end (about every 20 ms): when it returns true the wait ends
   // with UNAVAILABLE.
-  std::span<uint8_t> next_request() { return Slot(posted_ + 1, 0); }
+  // Where the next request of `bytes` bytes goes: its slot's area, or the data area for
+  // one longer than kSlotBytes (up to kMessageBytes).
+  std::span<uint8_t> request_area(uint64_t bytes) {
+    return bytes > kSlotBytes ? data() : Slot(posted_ + 1, 0);
+  }
   uint32_t PostRequest(uint64_t bytes);
   template <typename Stop>
   absl::StatusOr<uint64_t> AwaitReply(uint32_t seq, absl::Time deadline, Stop stop);
   std::span<uint8_t> reply_of(uint32_t seq) { return Slot(seq, 1); }
 
   // Executor side. AwaitRequest waits for the next request in order (asking `stop` about
-  // once a second, to notice a daemon gone) and returns its message length, at request();
-  // PostReply publishes its reply of `bytes` message bytes written at reply().
+  // once a second, to notice a daemon gone) and returns its message length, at
+  // request(length); PostReply publishes its reply of `bytes` message bytes (at most
+  // kSlotBytes) written at reply().
   template <typename Stop>
   absl::StatusOr<uint64_t> AwaitRequest(Stop stop);
-  std::span<uint8_t> request() { return Slot(taken_, 0); }
+  std::span<uint8_t> request(uint64_t bytes) { return bytes > kSlotBytes ? data() : Slot(taken_, 0); }
   std::span<uint8_t> reply() { return Slot(taken_, 1); }
   void PostReply(uint64_t bytes);
 
-  std::span<uint8_t> data() { return {base_ + kHeaderBytes + 2 * kSlots * kMessageBytes, kDataBytes}; }
+  std::span<uint8_t> data() { return {base_ + kHeaderBytes + 2 * kSlots * kSlotBytes, kDataBytes}; }
 
  private:
   static constexpr uint64_t kHeaderBytes = 4096;
-  static constexpr uint64_t kTotalBytes = kHeaderBytes + 2 * kSlots * kMessageBytes + kDataBytes;
+  static constexpr uint64_t kTotalBytes = kHeaderBytes + 2 * kSlots * kSlotBytes + kDataBytes;
   struct Header {
     alignas(64) std::atomic<uint32_t> request_seq;  // the last request posted
     // The request the executor sleeps for, kSleeping | seq; 0 while it does not sleep.
@@ -85,7 +97,7 @@ class Channel {
   Header& header() { return *reinterpret_cast<Header*>(base_); }
   // The message area of request `seq` (side 0) or of its reply (side 1).
   std::span<uint8_t> Slot(uint32_t seq, int side) {
-    return {base_ + kHeaderBytes + (2 * (seq % kSlots) + side) * kMessageBytes, kMessageBytes};
+    return {base_ + kHeaderBytes + (2 * (seq % kSlots) + side) * kSlotBytes, kSlotBytes};
   }
   // Waits until `word` differs from `seen`, spinning first; false once `timeout` passed.
   // Before it sleeps it stores kSleeping | `want` in `wanted` (and 0 after), which Publish
@@ -94,7 +106,8 @@ class Channel {
                          std::atomic<uint64_t>& wanted, uint32_t want);
   // Stores `seq` in `word` and wakes its sleeper if it sleeps for `seq` or an earlier number.
   static void Publish(std::atomic<uint32_t>& word, uint32_t seq, std::atomic<uint64_t>& wanted);
-  absl::StatusOr<uint64_t> MessageLength(uint64_t bytes) const;
+  // `bytes` when at most `limit`, else DATA_LOSS.
+  static absl::StatusOr<uint64_t> MessageLength(uint64_t bytes, uint64_t limit);
 
   int fd_ = -1;
   uint8_t* base_ = nullptr;
@@ -117,7 +130,7 @@ absl::StatusOr<uint64_t> Channel::AwaitReply(uint32_t seq, absl::Time deadline, 
       continue;
     if (stop()) return absl::UnavailableError("the executor is gone");
   }
-  return MessageLength(header().reply_bytes[seq % kSlots].load(std::memory_order_relaxed));
+  return MessageLength(header().reply_bytes[seq % kSlots].load(std::memory_order_relaxed), kSlotBytes);
 }
 
 template <typename Stop>
@@ -128,7 +141,7 @@ absl::StatusOr<uint64_t> Channel::AwaitRequest(Stop stop) {
     if (stop()) return absl::UnavailableError("the daemon is gone");
   }
   ++taken_;
-  return MessageLength(header().request_bytes[taken_ % kSlots].load(std::memory_order_relaxed));
+  return MessageLength(header().request_bytes[taken_ % kSlots].load(std::memory_order_relaxed), kMessageBytes);
 }
 
 // Passes descriptor `fd` over the unix socket `socket` (SCM_RIGHTS); the receiver gets a

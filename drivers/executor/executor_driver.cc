@@ -9,6 +9,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstring>
 
@@ -106,16 +107,18 @@ class ExecutorDeviceGraph : public DeviceGraph {
   }
 
   absl::StatusOr<std::optional<absl::Duration>> Launch(bool wait) override {
-    Request r;
+    // Kept between launches: its launch cleared keeps the updates' memory for the next.
+    Request& r = request_;
     GraphLaunch* launch = r.mutable_graph_launch();
+    launch->Clear();
     launch->set_graph(id_);
     launch->set_wait(wait);
     auto add = [&](size_t node) {
-      NodeUpdate* u = launch->add_updates();
-      u->set_node(node);
-      ArgsToWire(nodes_[node].args, *u->mutable_args());
-      ToWire(nodes_[node].global, *u->mutable_global());
-      ToWire(nodes_[node].local, *u->mutable_local());
+      const GraphNode& n = nodes_[node];
+      launch->add_update_nodes(node);
+      for (const ArgValue& a : n.args) launch->add_update_args(a.address);
+      for (uint64_t d : n.global) launch->add_update_dims(d);
+      for (uint64_t d : n.local) launch->add_update_dims(d);
     };
     // A command of the link the executor refused since this graph's last launch may have
     // been this graph's launch without wait, failed part-way.
@@ -154,6 +157,7 @@ class ExecutorDeviceGraph : public DeviceGraph {
   bool resync_ = false;
   uint64_t failures_seen_;  // the link's failures at the last launch that was sent
   std::string what_;
+  Request request_;  // the last launch's
 };
 
 class ExecutorContext : public Context {
@@ -471,16 +475,8 @@ absl::StatusOr<Reply> Executor::Call(Link& link, Request& request, absl::string_
   absl::MutexLock lock(&link.mu);
   if (absl::Status s = Send(link, request, what, in, /*after_all=*/false); !s.ok()) return s;
   // One sleep for this command's reply, not one per reply before it: those stay in their
-  // slots until more commands are posted. The wait ends no later than the oldest
-  // command's deadline, which Collect then enforces.
-  if (link.pending.size() > 1) {
-    const Link::Pending& oldest = link.pending.front();
-    const absl::Duration limit = absl::Nanoseconds(command_timeout_ns_.load(std::memory_order_relaxed));
-    link.channel
-        .AwaitReply(link.pending.back().seq, std::max(oldest.posted, link.answered) + limit,
-                    [&] { return Reaped(oldest.what) || !health().ok(); })
-        .IgnoreError();
-  }
+  // slots until more commands are posted.
+  AwaitLast(link);
   // The replies of the commands posted before this one, then its own.
   absl::Status earlier = Collect(link, 1);
   if (!health().ok()) return health();
@@ -505,18 +501,34 @@ absl::Status Executor::Post(Link& link, Request& request, absl::string_view what
 
 absl::Status Executor::Send(Link& link, Request& request, absl::string_view what, std::span<const uint8_t> in,
                             bool after_all) {
-  absl::Status earlier = Collect(link, after_all ? 0 : Channel::kSlots - 1);
+  // The epoch set below adds at most 11 bytes.
+  const bool long_message = request.ByteSizeLong() + 11 > Channel::kSlotBytes;
+  const bool uses_data = long_message || !in.empty();
+  if (long_message && !in.empty()) return absl::InternalError("a command with bytes too long for its slot");
+  // Commands posted before are answered first when the channel has no slot free, when
+  // this one writes the data area while one of them uses it (the data area is written
+  // only once no command in flight uses it), or when this one is a release. Then all of
+  // them are, with one sleep for the last reply: the executor runs what was posted in one
+  // turn, rather than a wake-up per slot freed.
+  const bool drain =
+      after_all || link.pending.size() >= Channel::kSlots ||
+      (uses_data && std::any_of(link.pending.begin(), link.pending.end(), [](const Link::Pending& p) { return p.data; }));
+  absl::Status earlier = absl::OkStatus();
+  if (drain) {
+    AwaitLast(link);
+    earlier = Collect(link, 0);
+  }
   if (absl::Status s = health(); !s.ok()) return s;
   if (!earlier.ok() && !after_all)
     return absl::Status(earlier.code(), absl::StrCat("an earlier command without wait failed: ", earlier.message()));
   Channel& channel = link.channel;
   request.set_epoch(link.failures.load(std::memory_order_relaxed));
   const size_t size = request.ByteSizeLong();
-  std::span<uint8_t> message = channel.next_request();
-  if (size > message.size())
+  if (size > Channel::kMessageBytes)
     return absl::ResourceExhaustedError(absl::StrCat("a command of ", size, " bytes exceeds the executor channel's ",
-                                                     message.size()));
+                                                     Channel::kMessageBytes));
   if (in.size() > channel.data().size()) return absl::InternalError("a transfer larger than the executor channel's data area");
+  std::span<uint8_t> message = channel.request_area(size);
   request.SerializeToArray(message.data(), static_cast<int>(message.size()));
   if (!in.empty()) std::memcpy(channel.data().data(), in.data(), in.size());
   // Named in flight before it is posted: the executor may end running it before
@@ -526,8 +538,19 @@ absl::Status Executor::Send(Link& link, Request& request, absl::string_view what
     in_flight_[&link] = std::string(what);
   }
   const uint32_t seq = channel.PostRequest(size);
-  link.pending.push_back({seq, std::string(what), absl::Now()});
+  link.pending.push_back({seq, std::string(what), absl::Now(), uses_data});
   return absl::OkStatus();
+}
+
+void Executor::AwaitLast(Link& link) {
+  if (link.pending.size() < 2) return;
+  // Ends no later than the oldest command's deadline, which Collect then enforces.
+  const Link::Pending& oldest = link.pending.front();
+  const absl::Duration limit = absl::Nanoseconds(command_timeout_ns_.load(std::memory_order_relaxed));
+  link.channel
+      .AwaitReply(link.pending.back().seq, std::max(oldest.posted, link.answered) + limit,
+                  [&] { return Reaped(oldest.what) || !health().ok(); })
+      .IgnoreError();
 }
 
 absl::Status Executor::Collect(Link& link, size_t leave) {

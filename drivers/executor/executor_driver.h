@@ -87,6 +87,7 @@ class Executor {
       uint32_t seq;
       std::string what;
       absl::Time posted;
+      bool data = false;  // its request is in, or its bytes go through, the data area
     };
     absl::Mutex mu;
     Channel channel ABSL_GUARDED_BY(mu);
@@ -168,6 +169,9 @@ class Executor {
   // executor has ended.
   absl::Status Send(Link& link, Request& request, absl::string_view what, std::span<const uint8_t> in,
                     bool after_all) ABSL_EXCLUSIVE_LOCKS_REQUIRED(link.mu);
+  // With two or more commands unanswered, sleeps once until the last is answered (or the
+  // oldest's deadline passes, or the executor ends); reads none of the replies.
+  void AwaitLast(Link& link) ABSL_EXCLUSIVE_LOCKS_REQUIRED(link.mu);
   // Reads replies in order until at most `leave` commands are unanswered: the first
   // refusal among them, or the executor's end.
   absl::Status Collect(Link& link, size_t leave) ABSL_EXCLUSIVE_LOCKS_REQUIRED(link.mu);

@@ -19,10 +19,13 @@
 // one CUDA context per tenant, whose fault ends only this process. A hip executor serves
 // every context on the device's runtime state in this process, a stream each, so a kernel
 // fault (which loses that state for every stream, or aborts the process) ends only it.
+#include <sched.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <memory>
 #include <string>
 #include <vector>
@@ -30,6 +33,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
 #include "drivers/cpu/cpu_driver.h"
 #ifdef REPLAYD_WITH_CUDA
 #include "drivers/cuda/cuda_driver.h"
@@ -109,6 +113,8 @@ absl::StatusOr<std::unique_ptr<replayd::Device>> MakeGpuDevice(const std::string
 }  // namespace
 
 int main(int argc, char** argv) {
+  // As the daemon does (server/main.cc): no lock-order graph at every Mutex lock.
+  absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);
   const pid_t parent = getppid();
   int fd = -1, socket = -1;
   std::string device;
@@ -154,6 +160,14 @@ int main(int argc, char** argv) {
 
   absl::StatusOr<replayd::executor::Channel> channel = replayd::executor::Channel::Attach(fd);
   if (!channel.ok()) return Fail(std::string(channel.status().message()));
+  // Batch scheduling, for this thread and the threads it starts: an executor woken by a
+  // command does not preempt the daemon that posted it. On a core the two share, the
+  // daemon posts what it has (up to the channel's slots) and the executor runs them in one
+  // turn once the daemon waits for a reply or for its clients; a daemon waiting for a
+  // reply gives the core up at once, so a round trip does not wait longer.
+  const struct sched_param batch = {};
+  if (sched_setscheduler(0, SCHED_BATCH, &batch) != 0)
+    std::fprintf(stderr, "replayd-executor: no batch scheduling: %s\n", std::strerror(errno));
   // The device's memory, and room for the program, its threads' stacks and the artifacts.
   if (cpu.memory_limit > 0) sandbox.address_space = cpu.memory_limit + (uint64_t{4} << 30);
   sandbox.host_kernels = !gpu;

@@ -211,12 +211,23 @@ absl::Status ContextServer::RunGraphCommand(const Request& request, Reply& reply
     return absl::OkStatus();
   }
   GraphState& g = it->second;
-  for (const NodeUpdate& u : request.graph_launch().updates()) {
-    if (u.node() >= g.arg_counts.size() || static_cast<size_t>(u.args_size()) != g.arg_counts[u.node()])
-      return absl::InvalidArgumentError(absl::StrCat("executor: an update of node ", u.node(), " does not fit"));
-    const std::vector<ArgValue> args = ArgsFromWire(u.args());
-    if (absl::Status s = g.graph->Update(u.node(), args, FromWire(u.global()), FromWire(u.local())); !s.ok()) return s;
+  const GraphLaunch& launch = request.graph_launch();
+  const auto& nodes = launch.update_nodes();
+  const auto& args = launch.update_args();
+  const auto& dims = launch.update_dims();
+  if (dims.size() != 6 * nodes.size()) return absl::InvalidArgumentError("executor: updates without their sizes");
+  int next_arg = 0;
+  for (int i = 0; i < nodes.size(); ++i) {
+    const uint64_t node = nodes[i];
+    if (node >= g.arg_counts.size() || g.arg_counts[node] > static_cast<size_t>(args.size() - next_arg))
+      return absl::InvalidArgumentError(absl::StrCat("executor: an update of node ", node, " does not fit"));
+    update_args_.resize(g.arg_counts[node]);
+    for (ArgValue& a : update_args_) a.address = args[next_arg++];
+    const Dim3 global{dims[6 * i], dims[6 * i + 1], dims[6 * i + 2]};
+    const Dim3 local{dims[6 * i + 3], dims[6 * i + 4], dims[6 * i + 5]};
+    if (absl::Status s = g.graph->Update(node, update_args_, global, local); !s.ok()) return s;
   }
+  if (next_arg != args.size()) return absl::InvalidArgumentError("executor: more update arguments than nodes take");
   absl::StatusOr<std::optional<absl::Duration>> t = g.graph->Launch(request.graph_launch().wait());
   if (!t.ok()) return t.status();
   SetTime(*t, reply);

@@ -13,9 +13,11 @@
 
 #include <sys/types.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "drivers/driver.h"
@@ -61,6 +63,7 @@ class ContextServer {
   std::map<uint64_t, Allocation> allocations_;  // by address
   std::map<uint64_t, std::unique_ptr<Kernel>> kernels_;
   std::map<uint64_t, GraphState> graphs_;
+  std::vector<ArgValue> update_args_;  // one node update's, reused
 };
 
 class ExecutorServer {
@@ -92,7 +95,7 @@ bool Serve(Channel& channel, Handle handle, Stop stop) {
     if (!bytes.ok()) return bytes.status().code() == absl::StatusCode::kUnavailable;
     Reply reply;
     bool done = false;
-    if (!request.ParseFromArray(channel.request().data(), static_cast<int>(*bytes))) {
+    if (!request.ParseFromArray(channel.request(*bytes).data(), static_cast<int>(*bytes))) {
       reply.set_code(static_cast<int>(absl::StatusCode::kInvalidArgument));
       reply.set_message("executor: a request that does not parse");
     } else if (request.epoch() != failures) {
@@ -104,6 +107,14 @@ bool Serve(Channel& channel, Handle handle, Stop stop) {
     }
     if (reply.code() != 0 && !reply.skipped()) ++failures;
     std::span<uint8_t> out = channel.reply();
+    // A reply fits its slot: a message too long for it (no reply carries much else) is cut.
+    if (reply.ByteSizeLong() > out.size()) {
+      std::string& message = *reply.mutable_message();
+      size_t cut = std::min(message.size(), out.size() / 2);
+      while (cut > 0 && cut < message.size() && (static_cast<unsigned char>(message[cut]) & 0xC0) == 0x80)
+        --cut;  // not inside a UTF-8 sequence
+      message.resize(cut);
+    }
     const size_t size = reply.ByteSizeLong();
     if (size > out.size() || !reply.SerializeToArray(out.data(), static_cast<int>(out.size()))) return false;
     channel.PostReply(size);

@@ -26,7 +26,7 @@ absl::StatusOr<Channel> OtherEnd(const Channel& daemon) {
 
 // The daemon's side: posts `message` as the next request, and reads the text of a reply.
 uint32_t PostText(Channel& daemon, const std::string& message) {
-  std::memcpy(daemon.next_request().data(), message.data(), message.size());
+  std::memcpy(daemon.request_area(message.size()).data(), message.data(), message.size());
   return daemon.PostRequest(message.size());
 }
 absl::StatusOr<std::string> ReplyText(Channel& daemon, uint32_t seq) {
@@ -43,8 +43,8 @@ TEST(ChannelTest, ARequestAndItsReplyCarryTheirBytes) {
       absl::StatusOr<uint64_t> n = executor.AwaitRequest([] { return false; });
       ASSERT_TRUE(n.ok()) << n.status();
       // Echo the message, doubled, and mark the data area.
-      std::memcpy(executor.reply().data(), executor.request().data(), *n);
-      std::memcpy(executor.reply().data() + *n, executor.request().data(), *n);
+      std::memcpy(executor.reply().data(), executor.request(*n).data(), *n);
+      std::memcpy(executor.reply().data() + *n, executor.request(*n).data(), *n);
       executor.data()[0] = static_cast<uint8_t>(i);
       executor.PostReply(2 * *n);
     }
@@ -67,7 +67,7 @@ TEST(ChannelTest, RequestsInFlightAreTakenAndAnsweredInOrder) {
     for (int i = 0; i < 200; ++i) {
       absl::StatusOr<uint64_t> n = executor.AwaitRequest([] { return false; });
       ASSERT_TRUE(n.ok()) << n.status();
-      std::memcpy(executor.reply().data(), executor.request().data(), *n);
+      std::memcpy(executor.reply().data(), executor.request(*n).data(), *n);
       executor.PostReply(*n);
     }
   });
@@ -88,13 +88,29 @@ TEST(ChannelTest, RequestsInFlightAreTakenAndAnsweredInOrder) {
   serving.join();
 }
 
+// A request longer than a slot's area travels in the data area, whole.
+TEST(ChannelTest, ARequestLongerThanItsSlotTravelsInTheDataArea) {
+  ASSERT_OK_AND_ASSIGN(Channel daemon, Channel::Create());
+  ASSERT_OK_AND_ASSIGN(Channel executor, OtherEnd(daemon));
+  std::string message(Channel::kSlotBytes + 1000, '\0');
+  for (size_t i = 0; i < message.size(); ++i) message[i] = static_cast<char>(i * 7);
+  PostText(daemon, "short");
+  PostText(daemon, message);
+  ASSERT_OK_AND_ASSIGN(uint64_t n, executor.AwaitRequest([] { return false; }));
+  EXPECT_EQ(std::string(reinterpret_cast<const char*>(executor.request(n).data()), n), "short");
+  ASSERT_OK_AND_ASSIGN(n, executor.AwaitRequest([] { return false; }));
+  ASSERT_EQ(n, message.size());
+  EXPECT_EQ(executor.request(n).data(), executor.data().data());
+  EXPECT_EQ(std::string(reinterpret_cast<const char*>(executor.request(n).data()), n), message);
+}
+
 TEST(ChannelTest, ALengthPastTheMessageAreaIsRefused) {
   ASSERT_OK_AND_ASSIGN(Channel daemon, Channel::Create());
   ASSERT_OK_AND_ASSIGN(Channel executor, OtherEnd(daemon));
   const uint32_t seq = daemon.PostRequest(Channel::kMessageBytes + 1);
   absl::StatusOr<uint64_t> n = executor.AwaitRequest([] { return false; });
   EXPECT_EQ(n.status().code(), absl::StatusCode::kDataLoss) << n.status();
-  executor.PostReply(uint64_t{1} << 40);
+  executor.PostReply(Channel::kSlotBytes + 1);
   n = daemon.AwaitReply(seq, absl::Now() + absl::Seconds(10), [] { return false; });
   EXPECT_EQ(n.status().code(), absl::StatusCode::kDataLoss) << n.status();
 }

@@ -141,6 +141,44 @@ TEST_F(ExecutorDriverTest, LaunchesAndDeviceGraphsRunInTheExecutor) {
   c->Free(y);
 }
 
+// A graph of thousands of nodes is built, and relaunched with every node patched, through
+// requests longer than a channel slot (they travel in the data area); a transfer posted
+// behind such a launch waits for it to be read before it writes the data area.
+TEST_F(ExecutorDriverTest, LongGraphRequestsTravelInTheDataAreaAndTransfersWaitForThem) {
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<Context> c, device_->OpenContext({"a"}));
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<Kernel> k,
+                       Build(*device_, *c, "void add(float *x, int v, int i) { x[i] += (float)v; }", "add", [] {
+                         Signature s = Sig({kInout, kInt});
+                         s.core_id = true;
+                         return s;
+                       }()));
+  ASSERT_OK_AND_ASSIGN(Allocation x, c->Allocate(4 * 4));
+  ASSERT_OK_AND_ASSIGN(Allocation y, c->Allocate(4 * 4));
+  const float zeros[4] = {0, 0, 0, 0};
+  ASSERT_OK(c->Write(x, 0, {reinterpret_cast<const uint8_t*>(zeros), sizeof(zeros)}));
+  constexpr size_t kNodes = 6000;  // some 20 bytes each on the wire: past a 64 KiB slot
+  ArgValue args[2];
+  args[0].address = x.address;
+  args[1].integer = 1;
+  std::vector<GraphNode> nodes(kNodes, GraphNode{k.get(), {args[0], args[1]}, {4, 1, 1}, {1, 1, 1}, 0});
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<DeviceGraph> g, c->Instantiate(nodes, {}));
+  ASSERT_OK(g->Launch(false).status());  // x: kNodes
+  args[1].integer = 2;
+  for (size_t n = 0; n < kNodes; ++n) ASSERT_OK(g->Update(n, args, {4, 1, 1}, {1, 1, 1}));
+  ASSERT_OK(g->Launch(false).status());  // x: 3 * kNodes, every node's update in the request
+  const float ys[4] = {1, 2, 3, 4};
+  ASSERT_OK(c->Write(y, 0, {reinterpret_cast<const uint8_t*>(ys), sizeof(ys)}));
+  float out[4];
+  ASSERT_OK(c->Read(x, 0, {reinterpret_cast<uint8_t*>(out), sizeof(out)}));
+  for (float v : out) EXPECT_EQ(v, 3.0f * kNodes);
+  ASSERT_OK(c->Read(y, 0, {reinterpret_cast<uint8_t*>(out), sizeof(out)}));
+  for (int i = 0; i < 4; ++i) EXPECT_EQ(out[i], ys[i]);
+  g.reset();
+  k.reset();
+  c->Free(x);
+  c->Free(y);
+}
+
 TEST_F(ExecutorDriverTest, ALaunchWithoutWaitRunsWhileTheDaemonGoesOnAndItsFailureIsTheNextCommands) {
   ASSERT_OK_AND_ASSIGN(std::unique_ptr<Context> c, device_->OpenContext({"a"}));
   ASSERT_OK_AND_ASSIGN(std::unique_ptr<Kernel> k,
