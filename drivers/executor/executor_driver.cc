@@ -501,8 +501,10 @@ absl::Status Executor::Post(Link& link, Request& request, absl::string_view what
 
 absl::Status Executor::Send(Link& link, Request& request, absl::string_view what, std::span<const uint8_t> in,
                             bool after_all) {
-  // The epoch set below adds at most 11 bytes.
-  const bool long_message = request.ByteSizeLong() + 11 > Channel::kSlotBytes;
+  request.set_epoch(link.failures.load(std::memory_order_relaxed));
+  size_t size = request.ByteSizeLong();
+  // The epoch may grow while earlier replies are read below: by at most 11 bytes.
+  const bool long_message = size + 11 > Channel::kSlotBytes;
   const bool uses_data = long_message || !in.empty();
   if (long_message && !in.empty()) return absl::InternalError("a command with bytes too long for its slot");
   // Commands posted before are answered first when the channel has no slot free, when
@@ -522,14 +524,16 @@ absl::Status Executor::Send(Link& link, Request& request, absl::string_view what
   if (!earlier.ok() && !after_all)
     return absl::Status(earlier.code(), absl::StrCat("an earlier command without wait failed: ", earlier.message()));
   Channel& channel = link.channel;
-  request.set_epoch(link.failures.load(std::memory_order_relaxed));
-  const size_t size = request.ByteSizeLong();
+  if (const uint64_t epoch = link.failures.load(std::memory_order_relaxed); epoch != request.epoch()) {
+    request.set_epoch(epoch);
+    size = request.ByteSizeLong();
+  }
   if (size > Channel::kMessageBytes)
     return absl::ResourceExhaustedError(absl::StrCat("a command of ", size, " bytes exceeds the executor channel's ",
                                                      Channel::kMessageBytes));
   if (in.size() > channel.data().size()) return absl::InternalError("a transfer larger than the executor channel's data area");
   std::span<uint8_t> message = channel.request_area(size);
-  request.SerializeToArray(message.data(), static_cast<int>(message.size()));
+  request.SerializeWithCachedSizesToArray(message.data());  // the sizes ByteSizeLong just cached
   if (!in.empty()) std::memcpy(channel.data().data(), in.data(), in.size());
   // Named in flight before it is posted: the executor may end running it before
   // PostRequest returns, and the supervisor then reaps it and names what it was doing.
