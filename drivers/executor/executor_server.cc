@@ -36,13 +36,41 @@ absl::StatusOr<bool> ExecutorServer::OpenContext(pid_t parent) {
   absl::StatusOr<std::unique_ptr<Context>> context = device_.OpenContext({});
   if (!context.ok()) return context.status();
   const bool edges = (*context)->wants_edges();
-  std::thread([channel = std::make_shared<Channel>(*std::move(channel)),
-               server = std::make_shared<ContextServer>(device_, std::move(*context)), parent] {
+  RunOnThread([channel = std::make_shared<Channel>(*std::move(channel)),
+               server = std::make_shared<ContextServer>(device_, std::move(*context)), parent]() mutable {
     Serve(
         *channel, [&](const Request& request, bool& done) { return server->Handle(request, channel->data(), done); },
         [parent] { return getppid() != parent; });
-  }).detach();
+    // The context's memory and the channel's mapping go now, not when the thread next
+    // serves.
+    server.reset();
+    channel.reset();
+  });
   return edges;
+}
+
+void ExecutorServer::RunOnThread(std::function<void()> serve) {
+  {
+    absl::MutexLock lock(&threads_mu_);
+    if (idle_threads_ > 0) {
+      --idle_threads_;
+      given_.push_back(std::move(serve));
+      return;
+    }
+  }
+  std::thread([this, serve = std::move(serve)]() mutable {
+    for (;;) {
+      serve();
+      serve = nullptr;
+      absl::MutexLock lock(&threads_mu_);
+      if (idle_threads_ >= kIdleThreads) return;
+      ++idle_threads_;
+      threads_mu_.Await(absl::Condition(
+          +[](std::deque<std::function<void()>>* given) { return !given->empty(); }, &given_));
+      serve = std::move(given_.front());
+      given_.pop_front();
+    }
+  }).detach();
 }
 
 ContextServer::~ContextServer() {

@@ -15,11 +15,14 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <deque>
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
 #include <vector>
 
+#include "absl/synchronization/mutex.h"
 #include "drivers/driver.h"
 #include "drivers/executor/channel.h"
 #include "drivers/executor/executor.pb.h"
@@ -80,10 +83,18 @@ class ExecutorServer {
   // Opens a context on the channel whose descriptor comes next on the socket and serves
   // it on a thread of its own; its Context::wants_edges.
   absl::StatusOr<bool> OpenContext(pid_t parent);
+  // Runs `serve` on a thread of its own: one whose context has closed and that waits for
+  // the next, or a new one. Up to kIdleThreads wait; the others end with their context.
+  void RunOnThread(std::function<void()> serve);
 
+  static constexpr int kIdleThreads = 4;
   Channel& control_;
   const int socket_;
   Device& device_;
+  absl::Mutex threads_mu_;
+  // Waiting threads not yet given a context, and what they are given.
+  int idle_threads_ ABSL_GUARDED_BY(threads_mu_) = 0;
+  std::deque<std::function<void()>> given_ ABSL_GUARDED_BY(threads_mu_);
 };
 
 template <typename Handle, typename Stop>

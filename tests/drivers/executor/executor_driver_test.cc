@@ -10,6 +10,7 @@
 
 #include <atomic>
 #include <cstring>
+#include <filesystem>
 #include <thread>
 
 #include "drivers/cpu/cpu_driver.h"
@@ -232,6 +233,63 @@ TEST_F(ExecutorDriverTest, EachTenantHasItsOwnExecutorAndItsContextsShareIt) {
   EXPECT_NE(device_->ExecutorOf("a")->pid(), device_->ExecutorOf("b")->pid());
   EXPECT_EQ(a1->address_space(), a2->address_space());
   EXPECT_NE(a1->address_space(), b->address_space());
+}
+
+// The threads of an executor's process, or -1.
+int ThreadsOf(pid_t pid) {
+  std::error_code ec;
+  int n = 0;
+  for (std::filesystem::directory_iterator it("/proc/" + std::to_string(pid) + "/task", ec), end; !ec && it != end;
+       it.increment(ec))
+    ++n;
+  return ec ? -1 : n;
+}
+
+// Polls ThreadsOf(pid) until it is `want` (threads end a moment after their context).
+int ThreadsBecome(pid_t pid, int want) {
+  int n = ThreadsOf(pid);
+  for (int i = 0; i < 500 && n != want; ++i) {
+    absl::SleepFor(absl::Milliseconds(10));
+    n = ThreadsOf(pid);
+  }
+  return n;
+}
+
+// A context's thread in the executor serves the next context once its own has closed;
+// up to four wait, the others end. Each context on a reused thread is a context of its own.
+TEST_F(ExecutorDriverTest, AClosedContextsThreadServesTheNextAndAtMostFourWait) {
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<Context> keeper, device_->OpenContext({"a"}));
+  ASSERT_NE(device_->ExecutorOf("a"), nullptr);
+  const pid_t pid = device_->ExecutorOf("a")->pid();
+  const int base = ThreadsOf(pid);
+  ASSERT_GT(base, 0);
+  {
+    std::vector<std::unique_ptr<Context>> six;
+    for (int i = 0; i < 6; ++i) {
+      ASSERT_OK_AND_ASSIGN(std::unique_ptr<Context> c, device_->OpenContext({"a"}));
+      six.push_back(std::move(c));
+    }
+    EXPECT_EQ(ThreadsOf(pid), base + 6);
+  }
+  EXPECT_EQ(ThreadsBecome(pid, base + 4), base + 4);
+  std::vector<std::unique_ptr<Context>> three;
+  std::vector<Allocation> buffers;
+  for (uint32_t i = 0; i < 3; ++i) {
+    ASSERT_OK_AND_ASSIGN(std::unique_ptr<Context> c, device_->OpenContext({"a"}));
+    ASSERT_OK_AND_ASSIGN(Allocation x, c->Allocate(4));
+    ASSERT_OK(c->Write(x, 0, {reinterpret_cast<const uint8_t*>(&i), 4}));
+    three.push_back(std::move(c));
+    buffers.push_back(x);
+  }
+  EXPECT_EQ(ThreadsOf(pid), base + 4);  // three reused, one still waiting
+  for (uint32_t i = 0; i < 3; ++i) {
+    uint32_t v = 99;
+    ASSERT_OK(three[i]->Read(buffers[i], 0, {reinterpret_cast<uint8_t*>(&v), 4}));
+    EXPECT_EQ(v, i);
+    // Another context's allocation is not this one's.
+    EXPECT_FALSE(three[i]->Read(buffers[(i + 1) % 3], 0, {reinterpret_cast<uint8_t*>(&v), 4}).ok());
+    three[i]->Free(buffers[i]);
+  }
 }
 
 TEST_F(ExecutorDriverTest, ContextsOfOneTenantRunSideBySide) {
