@@ -215,7 +215,8 @@ class Device {
   // allocates; a device that wraps another (the executor device) shares the wrapped one's.
   virtual DeviceMemory& memory() = 0;
   // OK while this process can still use the device; once it never can again (a CUDA
-  // sticky error loses every context of the process), the cause. An executor hosting the
+  // sticky error loses every context of the process, a HIP kernel fault the runtime's
+  // state for every stream), the cause. An executor hosting the
   // device then ends, so its tenant's next context starts a fresh process.
   virtual absl::Status health() const { return absl::OkStatus(); }
 
