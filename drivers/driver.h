@@ -140,6 +140,22 @@ class Context {
   virtual absl::StatusOr<Allocation> Allocate(uint64_t bytes) = 0;
   // Releases an allocation made by this context after pending work on it completes.
   virtual void Free(const Allocation& allocation) = 0;
+  // The `bytes` (> 0) at the start of the memfd `fd`, which another process maps too
+  // (sealed against shrinking, so neither mapping can lose its pages), as an allocation of
+  // this context, counted like Allocate's and released by Free: a CPU executor's buffers,
+  // which the daemon copies into and out of directly. Does not take `fd`. UNIMPLEMENTED
+  // where device memory is not host memory.
+  virtual absl::StatusOr<Allocation> AllocateShared(int /*fd*/, uint64_t /*bytes*/) {
+    return absl::UnimplementedError("this device's memory cannot be shared with another process");
+  }
+
+  // Page-locks `host`, memory of this process that stays mapped while the context lives,
+  // for this context's transfers: a Write from inside it or a Read into it then copies
+  // straight between it and the device (DMA) rather than through staging buffers. Undone
+  // when the context is destroyed. OK with nothing done where device memory is host
+  // memory; after an error transfers stay as they were. An executor pins its channel's
+  // data area, through which the daemon's transfers come.
+  virtual absl::Status PinHost(std::span<uint8_t> /*host*/) { return absl::OkStatus(); }
 
   // Host <-> device copies of `bytes.size()` bytes at `offset`. The caller has checked
   // the range. Write returns once the source may be reused; Read once the bytes are there,

@@ -112,6 +112,10 @@ absl::StatusOr<std::unique_ptr<Device>> WithExecutors(std::unique_ptr<Device> de
                             absl::StrCat("--artifacts=", options.engine.compile_cache.scratch_dir.string()),
                             absl::StrCat("--memory_limit=", device->info().total_memory),
                             absl::StrCat("--threads=", options.cpu.threads)};
+    // Buffers of 64 KiB and more (the size from which the CPU device maps rather than
+    // takes from the heap) live in memory the daemon maps too, so their transfers are one
+    // copy; smaller ones cross the channel, where a few KiB cost no more.
+    executor.shared_buffers_from = 64 << 10;
   } else {
     DescribeGpuExecutor(*device, options, executor);
   }

@@ -3,6 +3,7 @@
 #include <dlfcn.h>
 #include <elf.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <sys/utsname.h>
 #include <unistd.h>
 
@@ -10,12 +11,14 @@
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <set>
 #include <thread>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
+#include "absl/synchronization/mutex.h"
 #include "drivers/cpu/trampoline.h"
 #include "drivers/elf_image.h"
 
@@ -195,10 +198,34 @@ class CpuContext : public Context {
     return a;
   }
 
+  // Maps the memfd here; the pages are the other process's too, zeroed where new.
+  absl::StatusOr<Allocation> AllocateShared(int fd, uint64_t bytes) override {
+    struct stat st;
+    if (fstat(fd, &st) != 0 || st.st_size < 0 || static_cast<uint64_t>(st.st_size) < bytes)
+      return absl::InvalidArgumentError(absl::StrCat("cpu:0: shared memory shorter than ", bytes, " bytes"));
+    if (absl::Status s = device_->memory().Reserve("cpu:0", bytes); !s.ok()) return s;
+    void* p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    if (p == MAP_FAILED) {
+      device_->memory().Release(bytes);
+      return absl::ResourceExhaustedError(
+          absl::StrCat("cpu:0: mapping ", bytes, " bytes of shared memory failed: ", std::strerror(errno)));
+    }
+    const Allocation a{reinterpret_cast<uint64_t>(p), bytes};
+    device_->allocations().Add(a.address, a.bytes);
+    absl::MutexLock lock(&mu_);
+    shared_.insert(a.address);
+    return a;
+  }
+
   void Free(const Allocation& a) override {
     device_->allocations().Remove(a.address);
     void* p = reinterpret_cast<void*>(a.address);
-    if (a.bytes >= kMapThreshold) {
+    bool shared = false;
+    {
+      absl::MutexLock lock(&mu_);
+      shared = shared_.erase(a.address) > 0;
+    }
+    if (shared || a.bytes >= kMapThreshold) {
       munmap(p, a.bytes);
     } else {
       std::free(p);
@@ -262,6 +289,8 @@ class CpuContext : public Context {
 
  private:
   CpuDevice* device_;
+  absl::Mutex mu_;
+  std::set<uint64_t> shared_ ABSL_GUARDED_BY(mu_);  // AllocateShared's, by address
 };
 
 }  // namespace

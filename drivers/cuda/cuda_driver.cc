@@ -106,6 +106,7 @@ class CudaContext : public Context {
 
   absl::StatusOr<Allocation> Allocate(uint64_t bytes) override;
   void Free(const Allocation& allocation) override;
+  absl::Status PinHost(std::span<uint8_t> host) override;
   absl::Status Write(const Allocation& dst, uint64_t offset, std::span<const uint8_t> bytes) override;
   absl::Status Read(const Allocation& src, uint64_t offset, std::span<uint8_t> bytes) override;
   absl::Status Copy(const Allocation& dst, uint64_t dst_offset, const Allocation& src, uint64_t src_offset,
@@ -137,6 +138,8 @@ class CudaContext : public Context {
   absl::Status Fault() const;
   // The staging schedule for a transfer at device address `address`.
   Staging StagingFor(uint64_t address, bool to_device) ABSL_EXCLUSIVE_LOCKS_REQUIRED(staging_mu_);
+  // True when [host, host + bytes) lies inside memory PinHost registered.
+  bool Pinned(const void* host, uint64_t bytes) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(staging_mu_);
 
   CudaDevice* const device_;
   CUcontext ctx_;
@@ -152,6 +155,8 @@ class CudaContext : public Context {
   absl::Mutex staging_mu_;
   std::array<void*, 2> staging_ ABSL_GUARDED_BY(staging_mu_) = {nullptr, nullptr};
   std::array<CUevent, 2> staged_ ABSL_GUARDED_BY(staging_mu_) = {nullptr, nullptr};
+  // PinHost's ranges, registered with cuMemHostRegister until the context ends.
+  std::vector<std::span<uint8_t>> pinned_ ABSL_GUARDED_BY(staging_mu_);
 };
 
 class CudaDevice : public Device {
@@ -363,6 +368,7 @@ CudaContext::~CudaContext() {
   if (cu.cuCtxSetCurrent(ctx_) == CUDA_SUCCESS) {
     if (stream_) cu.cuStreamSynchronize(stream_);
     absl::MutexLock lock(&staging_mu_);
+    for (std::span<uint8_t> host : pinned_) cu.cuMemHostUnregister(host.data());
     for (int i = 0; i < 2; ++i) {
       if (staging_[i]) cu.cuMemFreeHost(staging_[i]);
       if (staged_[i]) cu.cuEventDestroy(staged_[i]);
@@ -473,15 +479,45 @@ Staging CudaContext::StagingFor(uint64_t address, bool to_device) {
   return s;
 }
 
+absl::Status CudaContext::PinHost(std::span<uint8_t> host) {
+  if (host.empty()) return absl::OkStatus();
+  if (absl::Status s = Bind(); !s.ok()) return s;
+  absl::MutexLock lock(&staging_mu_);
+  if (absl::Status s = Check(device_->cu().cuMemHostRegister(host.data(), host.size(), 0), "cuMemHostRegister");
+      !s.ok())
+    return s;
+  pinned_.push_back(host);
+  return absl::OkStatus();
+}
+
+bool CudaContext::Pinned(const void* host, uint64_t bytes) const {
+  const auto* p = static_cast<const uint8_t*>(host);
+  return std::any_of(pinned_.begin(), pinned_.end(), [&](std::span<uint8_t> r) {
+    return p >= r.data() && bytes <= r.size() && static_cast<uint64_t>(p - r.data()) <= r.size() - bytes;
+  });
+}
+
+// From pinned memory the copy is one DMA, waited for: the caller may reuse the bytes once
+// Write returns.
 absl::Status CudaContext::Write(const Allocation& dst, uint64_t offset, std::span<const uint8_t> bytes) {
   if (absl::Status s = Bind(); !s.ok()) return s;
   absl::MutexLock lock(&staging_mu_);
+  if (Pinned(bytes.data(), bytes.size())) {
+    const CUresult r = device_->cu().cuMemcpyHtoDAsync(dst.address + offset, bytes.data(), bytes.size(), stream_);
+    if (absl::Status s = Check(r, "cuMemcpyHtoDAsync"); !s.ok()) return s;
+    return Check(device_->cu().cuStreamSynchronize(stream_), "transfer");
+  }
   return StagedWrite(StagingFor(dst.address + offset, true), bytes);
 }
 
 absl::Status CudaContext::Read(const Allocation& src, uint64_t offset, std::span<uint8_t> bytes) {
   if (absl::Status s = Bind(); !s.ok()) return s;
   absl::MutexLock lock(&staging_mu_);
+  if (Pinned(bytes.data(), bytes.size())) {
+    const CUresult r = device_->cu().cuMemcpyDtoHAsync(bytes.data(), src.address + offset, bytes.size(), stream_);
+    if (absl::Status s = Check(r, "cuMemcpyDtoHAsync"); !s.ok()) return s;
+    return Check(device_->cu().cuStreamSynchronize(stream_), "transfer");
+  }
   return StagedRead(StagingFor(src.address + offset, false), bytes);
 }
 

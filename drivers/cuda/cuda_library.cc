@@ -79,6 +79,8 @@ absl::StatusOr<std::unique_ptr<CudaLibrary>> CudaLibrary::Load() {
   REPLAYD_RESOLVE(cuMemsetD8Async)
   REPLAYD_RESOLVE(cuMemHostAlloc)
   REPLAYD_RESOLVE(cuMemFreeHost)
+  REPLAYD_RESOLVE(cuMemHostRegister)
+  REPLAYD_RESOLVE(cuMemHostUnregister)
   REPLAYD_RESOLVE(cuMemcpyHtoDAsync)
   REPLAYD_RESOLVE(cuMemcpyDtoHAsync)
   REPLAYD_RESOLVE(cuMemcpyDtoDAsync)

@@ -61,6 +61,8 @@ class CudaLibrary {
   REPLAYD_CUDA_ENTRY(cuMemsetD8Async)
   REPLAYD_CUDA_ENTRY(cuMemHostAlloc)
   REPLAYD_CUDA_ENTRY(cuMemFreeHost)
+  REPLAYD_CUDA_ENTRY(cuMemHostRegister)
+  REPLAYD_CUDA_ENTRY(cuMemHostUnregister)
   REPLAYD_CUDA_ENTRY(cuMemcpyHtoDAsync)
   REPLAYD_CUDA_ENTRY(cuMemcpyDtoHAsync)
   REPLAYD_CUDA_ENTRY(cuMemcpyDtoDAsync)

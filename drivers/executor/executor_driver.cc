@@ -162,9 +162,12 @@ class ExecutorDeviceGraph : public DeviceGraph {
 
 class ExecutorContext : public Context {
  public:
+  // Allocations of at least `shared_from` bytes (0: none) are shared buffers, taken from
+  // `shared_budget`, while it has some left.
   ExecutorContext(std::shared_ptr<Executor> executor, std::shared_ptr<Executor::Link> link,
-                  std::function<void()> closed)
-      : executor_(std::move(executor)), link_(std::move(link)), closed_(std::move(closed)) {}
+                  std::function<void()> closed, uint64_t shared_from, SharedBufferBudget& shared_budget)
+      : executor_(std::move(executor)), link_(std::move(link)), closed_(std::move(closed)),
+        shared_from_(shared_from), shared_budget_(shared_budget) {}
   // Ends the context's thread in the executor, which frees what the context still holds,
   // and tells the device (which ends an executor with its tenant's last context).
   ~ExecutorContext() override {
@@ -176,14 +179,34 @@ class ExecutorContext : public Context {
 
   absl::StatusOr<Allocation> Allocate(uint64_t bytes) override {
     if (absl::Status s = executor_->Reserve(bytes); !s.ok()) return s;
+    // A shared buffer where one can be made; the executor's own memory otherwise.
+    std::optional<SharedBuffer> shared;
+    if (shared_from_ > 0 && bytes >= shared_from_) {
+      absl::StatusOr<SharedBuffer> b = SharedBuffer::Create(bytes, shared_budget_);
+      if (b.ok()) shared.emplace(*std::move(b));
+    }
     Request r;
-    r.set_allocate(bytes);
-    absl::StatusOr<Reply> reply = executor_->Call(*link_, r, absl::StrCat("allocating ", bytes, " bytes"));
+    const std::string what = absl::StrCat("allocating ", bytes, " bytes");
+    absl::StatusOr<Reply> reply;
+    if (shared) {
+      r.set_allocate_shared(bytes);
+      reply = executor_->CallWithFd(*link_, r, shared->fd(), what);
+      shared->CloseFd();
+    } else {
+      r.set_allocate(bytes);
+      reply = executor_->Call(*link_, r, what);
+    }
     if (!reply.ok()) {
       executor_->Release(bytes);
       return reply.status();
     }
-    return Allocation{reply->value(), bytes};
+    const Allocation a{reply->value(), bytes};
+    if (shared) {
+      absl::MutexLock lock(&shared_mu_);
+      shared_.erase(a.address);  // none: a freed buffer leaves the map
+      shared_.emplace(a.address, *std::move(shared));
+    }
+    return a;
   }
 
   void Free(const Allocation& allocation) override {
@@ -191,9 +214,17 @@ class ExecutorContext : public Context {
     ToWire(allocation, *r.mutable_free());
     if (executor_->health().ok()) executor_->Release(*link_, r, "freeing an allocation").IgnoreError();
     executor_->Release(allocation.bytes);
+    absl::MutexLock lock(&shared_mu_);
+    shared_.erase(allocation.address);  // the daemon's mapping, after the executor's
   }
 
   absl::Status Write(const Allocation& dst, uint64_t offset, std::span<const uint8_t> bytes) override {
+    if (uint8_t* p = SharedAt(dst, offset, bytes.size())) {
+      // In order after every command posted before it, which may use the buffer.
+      if (absl::Status s = executor_->Drain(*link_); !s.ok()) return s;
+      std::memcpy(p, bytes.data(), bytes.size());
+      return absl::OkStatus();
+    }
     for (uint64_t done = 0; done < bytes.size();) {
       const uint64_t n = std::min<uint64_t>(bytes.size() - done, Channel::kDataBytes);
       Request r;
@@ -209,6 +240,11 @@ class ExecutorContext : public Context {
   }
 
   absl::Status Read(const Allocation& src, uint64_t offset, std::span<uint8_t> bytes) override {
+    if (const uint8_t* p = SharedAt(src, offset, bytes.size())) {
+      if (absl::Status s = executor_->Drain(*link_); !s.ok()) return s;
+      std::memcpy(bytes.data(), p, bytes.size());
+      return absl::OkStatus();
+    }
     for (uint64_t done = 0; done < bytes.size();) {
       const uint64_t n = std::min<uint64_t>(bytes.size() - done, Channel::kDataBytes);
       Request r;
@@ -296,9 +332,26 @@ class ExecutorContext : public Context {
   absl::Status health() const override { return executor_->health(); }
 
  private:
+  // The daemon's mapping of [offset, offset + bytes) of `a` when `a` is a shared buffer
+  // (the caller has checked the range), else null.
+  uint8_t* SharedAt(const Allocation& a, uint64_t offset, uint64_t bytes) {
+    absl::MutexLock lock(&shared_mu_);
+    auto it = shared_.find(a.address);
+    if (it == shared_.end()) return nullptr;
+    std::span<uint8_t> b = it->second.bytes();
+    if (offset > b.size() || bytes > b.size() - offset) return nullptr;
+    return b.data() + offset;
+  }
+
   const std::shared_ptr<Executor> executor_;
   const std::shared_ptr<Executor::Link> link_;
   const std::function<void()> closed_;
+  const uint64_t shared_from_;
+  SharedBufferBudget& shared_budget_;
+  absl::Mutex shared_mu_;
+  // The shared buffers, by their address in the executor. Mapped here until freed, or
+  // until the context closes, even when the executor ends first.
+  std::map<uint64_t, SharedBuffer> shared_ ABSL_GUARDED_BY(shared_mu_);
 };
 
 }  // namespace
@@ -488,6 +541,38 @@ absl::StatusOr<Reply> Executor::Call(Link& link, Request& request, absl::string_
   return link.reply;
 }
 
+absl::StatusOr<Reply> Executor::CallWithFd(Link& link, Request& request, int fd, absl::string_view what) {
+  // Drained first without the pair's lock: a long replay in flight holds up no other
+  // context's open.
+  if (absl::Status s = Drain(link); !s.ok()) return s;
+  absl::MutexLock pair(&open_mu_);
+  absl::MutexLock lock(&link.mu);
+  // Nothing is in flight now (unless another thread posted meanwhile), so the command
+  // is posted at the epoch the executor has and is never skipped: it takes the descriptor.
+  if (absl::Status s = DrainLocked(link); !s.ok()) return s;
+  if (absl::Status sent = SendFd(socket_, fd); !sent.ok()) {
+    End(ExecutorDeath::kFailure, absl::StrCat("failed: ", sent.message()));
+    return health();
+  }
+  if (absl::Status s = Send(link, request, what, {}, /*after_all=*/false); !s.ok()) return s;
+  if (absl::Status s = Await(link); !s.ok()) return s;
+  return link.reply;
+}
+
+absl::Status Executor::Drain(Link& link) {
+  absl::MutexLock lock(&link.mu);
+  return DrainLocked(link);
+}
+
+absl::Status Executor::DrainLocked(Link& link) {
+  AwaitLast(link);
+  absl::Status earlier = Collect(link, 0);
+  if (absl::Status s = health(); !s.ok()) return s;
+  if (!earlier.ok())
+    return absl::Status(earlier.code(), absl::StrCat("an earlier command without wait failed: ", earlier.message()));
+  return absl::OkStatus();
+}
+
 absl::Status Executor::Release(Link& link, Request& request, absl::string_view what) {
   absl::MutexLock lock(&link.mu);
   if (absl::Status s = Send(link, request, what, {}, /*after_all=*/true); !s.ok()) return s;
@@ -614,7 +699,7 @@ absl::Status Executor::Await(Link& link) {
 
 ExecutorDevice::ExecutorDevice(std::unique_ptr<Device> inner, ExecutorOptions options)
     : inner_(std::move(inner)), options_(std::move(options)), memory_(inner_->memory()),
-      wake_fd_(eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)) {
+      wake_fd_(eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)), shared_buffers_(options_.max_shared_buffers) {
   if (wake_fd_ >= 0) supervisor_ = std::thread([this] { Supervise(); });
 }
 
@@ -696,7 +781,8 @@ absl::StatusOr<std::unique_ptr<Context>> ExecutorDevice::OpenContext(const Conte
     closed();
     return link.status();
   }
-  return std::make_unique<ExecutorContext>(std::move(executor), *std::move(link), std::move(closed));
+  return std::make_unique<ExecutorContext>(std::move(executor), *std::move(link), std::move(closed),
+                                           options_.shared_buffers_from, shared_buffers_);
 }
 
 void ExecutorDevice::ContextClosed(const std::string& tenant, const Executor* executor) {

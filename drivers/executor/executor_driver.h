@@ -38,6 +38,7 @@
 #include "drivers/driver.h"
 #include "drivers/executor/channel.h"
 #include "drivers/executor/executor.pb.h"
+#include "drivers/executor/shared_buffer.h"
 
 namespace replayd::executor {
 
@@ -53,6 +54,13 @@ struct ExecutorOptions {
   // Device memory the executor holds itself, whatever its contexts allocate (a CUDA
   // executor's CUDA context), reserved on the device's account while it runs.
   uint64_t own_bytes = 0;
+  // Allocations of at least this many bytes live in memory the daemon maps too
+  // (shared_buffer.h), so their transfers copy straight into them; 0: none do. For a
+  // device whose memory is host memory (cpu).
+  uint64_t shared_buffers_from = 0;
+  // How many such buffers the device's contexts may hold at once; past it a buffer is the
+  // executor's own.
+  int64_t max_shared_buffers = 8192;
 };
 
 // Why an executor ended before its tenant's last context closed, as a few kinds (for the
@@ -130,6 +138,13 @@ class Executor {
   // `request` is given its epoch.
   absl::StatusOr<Reply> Call(Link& link, Request& request, absl::string_view what,
                              std::span<const uint8_t> in = {}, std::span<uint8_t> out = {});
+  // Call for a command that takes descriptor `fd` (passed over the executor's socket just
+  // before it; one such pair at a time), posted once every earlier command has answered.
+  absl::StatusOr<Reply> CallWithFd(Link& link, Request& request, int fd, absl::string_view what);
+  // Waits until every command posted on `link` has answered: OK, the first refusal among
+  // them ("an earlier command without wait failed: ..."), or FAILED_PRECONDITION once the
+  // executor has ended. Before the daemon touches a shared buffer.
+  absl::Status Drain(Link& link);
   // Sends `request` on `link` and returns without its reply: the executor runs it while
   // the daemon goes on (a launch without wait). Its failure is a later command's answer.
   absl::Status Post(Link& link, Request& request, absl::string_view what);
@@ -172,6 +187,8 @@ class Executor {
   // With two or more commands unanswered, sleeps once until the last is answered (or the
   // oldest's deadline passes, or the executor ends); reads none of the replies.
   void AwaitLast(Link& link) ABSL_EXCLUSIVE_LOCKS_REQUIRED(link.mu);
+  // Drain's work, under the link's lock.
+  absl::Status DrainLocked(Link& link) ABSL_EXCLUSIVE_LOCKS_REQUIRED(link.mu);
   // Reads replies in order until at most `leave` commands are unanswered: the first
   // refusal among them, or the executor's end.
   absl::Status Collect(Link& link, size_t leave) ABSL_EXCLUSIVE_LOCKS_REQUIRED(link.mu);
@@ -191,7 +208,7 @@ class Executor {
   const uint64_t address_space_;
   const std::shared_ptr<Link> control_;
   const std::function<void(ExecutorDeath)> died_;
-  absl::Mutex open_mu_;  // held from passing a channel to the command that takes it
+  absl::Mutex open_mu_;  // held from passing a descriptor to the command that takes it
   mutable absl::Mutex mu_;
   bool running_ ABSL_GUARDED_BY(mu_) = true;  // not yet reaped
   // What each link waiting for a reply asked for, for the cause of a death.
@@ -248,6 +265,7 @@ class ExecutorDevice : public Device {
   // Its own lock: an executor reports its death under its own lock, which mu_'s holders take.
   mutable absl::Mutex counts_mu_;
   std::map<std::string, ExecutorCounts> counts_ ABSL_GUARDED_BY(counts_mu_);
+  SharedBufferBudget shared_buffers_;
   std::thread supervisor_;
 };
 

@@ -35,9 +35,12 @@ absl::StatusOr<bool> ExecutorServer::OpenContext(pid_t parent) {
   if (!channel.ok()) return channel.status();
   absl::StatusOr<std::unique_ptr<Context>> context = device_.OpenContext({});
   if (!context.ok()) return context.status();
+  // The daemon's transfers come through the data area: page-locked, a GPU copies straight
+  // from and into it. Where the driver refuses, they are staged as before.
+  (*context)->PinHost(channel->data()).IgnoreError();
   const bool edges = (*context)->wants_edges();
   RunOnThread([channel = std::make_shared<Channel>(*std::move(channel)),
-               server = std::make_shared<ContextServer>(device_, std::move(*context)), parent]() mutable {
+               server = std::make_shared<ContextServer>(device_, std::move(*context), socket_), parent]() mutable {
     Serve(
         *channel, [&](const Request& request, bool& done) { return server->Handle(request, channel->data(), done); },
         [parent] { return getppid() != parent; });
@@ -95,6 +98,15 @@ Reply ContextServer::Handle(const Request& request, std::span<uint8_t> data, boo
   return reply;
 }
 
+absl::StatusOr<Allocation> ContextServer::AllocateShared(uint64_t bytes) {
+  // Taken before anything can fail, so that no descriptor is left for a later command.
+  absl::StatusOr<int> fd = ReceiveFd(socket_);
+  if (!fd.ok()) return fd.status();
+  absl::StatusOr<Allocation> a = context_->AllocateShared(*fd, bytes);
+  close(*fd);
+  return a;
+}
+
 absl::StatusOr<Allocation> ContextServer::FindAllocation(const Region& region, uint64_t offset, uint64_t bytes) const {
   auto it = allocations_.find(region.address());
   if (it == allocations_.end() || it->second.bytes != region.bytes())
@@ -126,6 +138,13 @@ absl::Status ContextServer::Run(const Request& request, std::span<uint8_t> data,
   switch (request.command_case()) {
     case Request::kAllocate: {
       absl::StatusOr<Allocation> a = context_->Allocate(request.allocate());
+      if (!a.ok()) return a.status();
+      allocations_[a->address] = *a;
+      reply.set_value(a->address);
+      return absl::OkStatus();
+    }
+    case Request::kAllocateShared: {
+      absl::StatusOr<Allocation> a = AllocateShared(request.allocate_shared());
       if (!a.ok()) return a.status();
       allocations_[a->address] = *a;
       reply.set_value(a->address);

@@ -36,11 +36,13 @@ namespace replayd::executor {
 template <typename Handle, typename Stop>
 bool Serve(Channel& channel, Handle handle, Stop stop);
 
-// One context of `device` on its own channel.
+// One context of `device` on its own channel. `socket` is the executor's: the memfd of
+// an allocate_shared command comes over it just before the command (the daemon sends one
+// such pair at a time).
 class ContextServer {
  public:
-  ContextServer(const Device& device, std::unique_ptr<Context> context)
-      : device_(device), context_(std::move(context)) {}
+  ContextServer(const Device& device, std::unique_ptr<Context> context, int socket)
+      : device_(device), context_(std::move(context)), socket_(socket) {}
   ~ContextServer();
 
   // Runs one command; `done` is set by close_context. A failure after which the process
@@ -60,8 +62,12 @@ class ContextServer {
   absl::Status CheckInside(uint64_t address, uint64_t bytes) const;
   absl::StatusOr<const Kernel*> FindKernel(uint64_t id) const;
 
+  // The memfd that came with an allocate_shared command, as an allocation of the context.
+  absl::StatusOr<Allocation> AllocateShared(uint64_t bytes);
+
   const Device& device_;
   std::unique_ptr<Context> context_;
+  const int socket_;
   uint64_t next_id_ = 1;
   std::map<uint64_t, Allocation> allocations_;  // by address
   std::map<uint64_t, std::unique_ptr<Kernel>> kernels_;

@@ -1,9 +1,12 @@
 #include "drivers/cpu/cpu_driver.h"
 
 #include <gmock/gmock.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 #include <fstream>
 
+#include "tests/support/status_macros.h"
 #include "tests/support/temp_dir.h"
 
 namespace replayd {
@@ -81,6 +84,56 @@ TEST_F(CpuDriverTest, AllocationPastTheLimitIsResourceExhaustedAndChangesNothing
   EXPECT_EQ(context_->Allocate(~0ull).status().code(), absl::StatusCode::kResourceExhausted);
   context_->Free(*a);
   EXPECT_EQ(device_->memory_in_use(), 0u);
+}
+
+// Memory another process maps too: what a kernel writes there is in the other mapping,
+// it is counted like an allocation, and a memfd shorter than asked is refused.
+TEST_F(CpuDriverTest, SharedMemoryIsAnAllocationBothMappingsSee) {
+  constexpr uint64_t kBytes = 256 << 10;
+  const int fd = memfd_create("cpu-driver-test", MFD_CLOEXEC);
+  ASSERT_GE(fd, 0);
+  ASSERT_EQ(ftruncate(fd, kBytes), 0);
+  void* other = mmap(nullptr, kBytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  ASSERT_NE(other, MAP_FAILED);
+  EXPECT_EQ(context_->AllocateShared(fd, kBytes + 4096).status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(device_->memory_in_use(), 0u);
+  EXPECT_EQ(context_->AllocateShared(fd, 4 << 20).status().code(), absl::StatusCode::kInvalidArgument);
+
+  absl::StatusOr<Allocation> a = context_->AllocateShared(fd, kBytes);
+  ASSERT_TRUE(a.ok()) << a.status();
+  close(fd);  // the mappings keep the memory
+  EXPECT_EQ(device_->memory_in_use(), kBytes);
+  Signature sig;
+  sig.params = {{"x", ParamKind::kBuffer, Access::kOut}};
+  sig.core_id = true;
+  std::unique_ptr<Kernel> k = Build("void fill(int *x, int i) { x[i] = i * 3; }", "fill", sig);
+  ASSERT_NE(k, nullptr);
+  ArgValue args[1];
+  args[0].address = a->address;
+  ASSERT_TRUE(context_->Launch(*k, args, {kBytes / 4, 1, 1}, {1, 1, 1}, true).ok());
+  const int* seen = static_cast<const int*>(other);
+  for (uint64_t i = 0; i < kBytes / 4; i += 997) ASSERT_EQ(seen[i], static_cast<int>(i * 3)) << i;
+  static_cast<int*>(other)[5] = -1;
+  int v = 0;
+  ASSERT_TRUE(context_->Read(*a, 20, {reinterpret_cast<uint8_t*>(&v), 4}).ok());
+  EXPECT_EQ(v, -1);
+  // A device graph's copy node may use it, as any allocation of the device.
+  ASSERT_OK_AND_ASSIGN(Allocation b, context_->Allocate(4096));
+  GraphNode copy;
+  copy.args.resize(2);
+  copy.args[0].address = b.address;
+  copy.args[1].address = a->address;
+  copy.copy_bytes = 4096;
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<DeviceGraph> g, context_->Instantiate({&copy, 1}, {}));
+  ASSERT_TRUE(g->Launch(true).ok());
+  ASSERT_TRUE(context_->Read(b, 20, {reinterpret_cast<uint8_t*>(&v), 4}).ok());
+  EXPECT_EQ(v, -1);
+  g.reset();
+  context_->Free(b);
+  context_->Free(*a);
+  EXPECT_EQ(device_->memory_in_use(), 0u);
+  EXPECT_EQ(static_cast<const int*>(other)[7], 21) << "the other mapping keeps the memory";
+  munmap(other, kBytes);
 }
 
 TEST_F(CpuDriverTest, WriteCopyReadRoundTrip) {

@@ -7,10 +7,12 @@
 
 #include <gmock/gmock.h>
 #include <signal.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <thread>
 
 #include "drivers/cpu/cpu_driver.h"
@@ -40,7 +42,10 @@ class ExecutorDriverTest : public ::testing::Test {
  protected:
   void SetUp() override { device_ = MakeDevice(absl::Seconds(30)); }
 
-  std::unique_ptr<ExecutorDevice> MakeDevice(absl::Duration timeout) {
+  // Buffers of at least `shared_from` bytes are shared buffers (the daemon's setting for
+  // cpu by default), at most `max_shared` at once.
+  std::unique_ptr<ExecutorDevice> MakeDevice(absl::Duration timeout, uint64_t shared_from = 64 << 10,
+                                             int64_t max_shared = 8192) {
     CpuDriverOptions cpu;
     cpu.memory_limit = kMemory;
     cpu.threads = 2;
@@ -49,6 +54,8 @@ class ExecutorDriverTest : public ::testing::Test {
     options.device_args = {"--device=cpu", "--artifacts=" + dir_.path().string(),
                            absl::StrCat("--memory_limit=", kMemory), "--threads=2"};
     options.command_timeout = timeout;
+    options.shared_buffers_from = shared_from;
+    options.max_shared_buffers = max_shared;
     return std::make_unique<ExecutorDevice>(std::make_unique<CpuDevice>(cpu), options);
   }
 
@@ -66,11 +73,26 @@ class ExecutorDriverTest : public ::testing::Test {
   std::unique_ptr<ExecutorDevice> device_;
 };
 
-TEST_F(ExecutorDriverTest, TransfersOfAnySizeCrossTheProcessBoundary) {
+// The shared buffers of a process: its mappings of the daemon's memfds, from /proc.
+int SharedBuffersOf(pid_t pid) {
+  std::ifstream maps(absl::StrCat("/proc/", pid, "/maps"));
+  std::string line;
+  int n = 0;
+  while (std::getline(maps, line)) n += line.find("/memfd:replayd-buffer") != std::string::npos;
+  return n;
+}
+
+// Through the channel's data area (no shared buffers), and through shared buffers.
+class TransferTest : public ExecutorDriverTest, public ::testing::WithParamInterface<bool> {};
+
+TEST_P(TransferTest, TransfersOfAnySizeCrossTheProcessBoundary) {
+  device_ = MakeDevice(absl::Seconds(30), GetParam() ? 64 << 10 : 0);
   ASSERT_OK_AND_ASSIGN(std::unique_ptr<Context> c, device_->OpenContext({"a"}));
   const uint64_t bytes = 9 << 20;  // three trips through the data area
+  const int before = SharedBuffersOf(getpid());
   ASSERT_OK_AND_ASSIGN(Allocation a, c->Allocate(bytes));
   EXPECT_EQ(device_->memory_in_use(), bytes);
+  EXPECT_EQ(SharedBuffersOf(getpid()), before + (GetParam() ? 1 : 0));
   std::vector<uint8_t> in(bytes);
   for (size_t i = 0; i < in.size(); ++i) in[i] = static_cast<uint8_t>(i * 7 + i / 4096);
   ASSERT_TRUE(c->Write(a, 0, in).ok());
@@ -87,6 +109,119 @@ TEST_F(ExecutorDriverTest, TransfersOfAnySizeCrossTheProcessBoundary) {
   c->Free(a);
   c->Free(b);
   EXPECT_EQ(device_->memory_in_use(), 0u);
+  EXPECT_EQ(SharedBuffersOf(getpid()), before);
+}
+
+INSTANTIATE_TEST_SUITE_P(Paths, TransferTest, ::testing::Bool(),
+                         [](const ::testing::TestParamInfo<bool>& info) {
+                           return std::string(info.param ? "SharedBuffers" : "DataArea");
+                         });
+
+// A buffer of 64 KiB or more is one memfd mapped in the daemon and in the executor: a
+// kernel's result is read straight from it, in order after the launches posted before
+// the read, and a write lands only once the launches before it have run.
+TEST_F(ExecutorDriverTest, LargeBuffersAreMappedInBothProcessesAndTransfersKeepTheirOrder) {
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<Context> c, device_->OpenContext({"a"}));
+  const pid_t executor = device_->ExecutorOf("a")->pid();
+  const int daemon_before = SharedBuffersOf(getpid()), executor_before = SharedBuffersOf(executor);
+  constexpr uint64_t kFloats = 1 << 16;  // 256 KiB
+  ASSERT_OK_AND_ASSIGN(Allocation x, c->Allocate(kFloats * 4));
+  ASSERT_OK_AND_ASSIGN(Allocation y, c->Allocate(kFloats * 4));
+  ASSERT_OK_AND_ASSIGN(Allocation small, c->Allocate(4096));  // below 64 KiB: the executor's own
+  EXPECT_EQ(SharedBuffersOf(getpid()), daemon_before + 2);
+  EXPECT_EQ(SharedBuffersOf(executor), executor_before + 2);
+  EXPECT_EQ(device_->memory_in_use(), 2 * kFloats * 4 + 4096);
+
+  Signature sig = Sig({{"y", ParamKind::kBuffer, Access::kOut}, {"x", ParamKind::kBuffer, Access::kIn}});
+  sig.core_id = true;
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<Kernel> twice,
+                       Build(*device_, *c, "void twice(float *y, const float *x, int i) { y[i] = 2 * x[i] + 1; }",
+                             "twice", sig));
+  std::vector<float> in(kFloats);
+  for (size_t i = 0; i < in.size(); ++i) in[i] = static_cast<float>(i);
+  ASSERT_OK(c->Write(x, 0, {reinterpret_cast<const uint8_t*>(in.data()), in.size() * 4}));
+  ArgValue args[2];
+  args[0].address = y.address;
+  args[1].address = x.address;
+  // Launches without wait, then writes and reads: each transfer waits for what was posted.
+  for (int round = 0; round < 3; ++round) {
+    ASSERT_OK(c->Launch(*twice, args, {kFloats, 1, 1}, {1, 1, 1}, false).status());
+    std::vector<float> next(kFloats, static_cast<float>(round + 1000));
+    ASSERT_OK(c->Write(x, 0, {reinterpret_cast<const uint8_t*>(next.data()), next.size() * 4}));
+    std::vector<float> out(kFloats);
+    ASSERT_OK(c->Read(y, 0, {reinterpret_cast<uint8_t*>(out.data()), out.size() * 4}));
+    for (size_t i = 0; i < kFloats; ++i) {
+      const float expect = 2 * (round == 0 ? in[i] : static_cast<float>(round - 1 + 1000)) + 1;
+      ASSERT_EQ(out[i], expect) << "round " << round << " element " << i;
+    }
+  }
+  // A part of a buffer, at an offset.
+  float middle[3];
+  ASSERT_OK(c->Read(x, 4 * 100, {reinterpret_cast<uint8_t*>(middle), sizeof(middle)}));
+  for (float v : middle) EXPECT_EQ(v, 1002.0f);
+
+  // A launch without wait that fails is the next transfer's answer, as through the channel.
+  ASSERT_OK(c->Launch(*twice, {}, {1, 1, 1}, {1, 1, 1}, false).status());
+  absl::Status next = c->Read(y, 0, {reinterpret_cast<uint8_t*>(middle), sizeof(middle)});
+  EXPECT_EQ(next.code(), absl::StatusCode::kInvalidArgument) << next;
+  EXPECT_THAT(std::string(next.message()), HasSubstr("an earlier command without wait failed"));
+  ASSERT_OK(c->Read(y, 0, {reinterpret_cast<uint8_t*>(middle), sizeof(middle)}));
+
+  twice.reset();
+  c->Free(x);
+  c->Free(small);
+  EXPECT_EQ(SharedBuffersOf(getpid()), daemon_before + 1);
+  EXPECT_EQ(SharedBuffersOf(executor), executor_before + 1);
+  c->Free(y);
+  EXPECT_EQ(SharedBuffersOf(getpid()), daemon_before);
+  EXPECT_EQ(SharedBuffersOf(executor), executor_before);
+  EXPECT_EQ(device_->memory_in_use(), 0u);
+}
+
+// Past the device's budget of shared buffers a buffer is the executor's own, and works the
+// same; a freed shared buffer makes room for the next.
+TEST_F(ExecutorDriverTest, PastTheBudgetOfSharedBuffersABufferIsTheExecutorsOwn) {
+  device_ = MakeDevice(absl::Seconds(30), 64 << 10, /*max_shared=*/1);
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<Context> c, device_->OpenContext({"a"}));
+  const int before = SharedBuffersOf(getpid());
+  ASSERT_OK_AND_ASSIGN(Allocation a, c->Allocate(1 << 20));
+  ASSERT_OK_AND_ASSIGN(Allocation b, c->Allocate(1 << 20));
+  EXPECT_EQ(SharedBuffersOf(getpid()), before + 1);
+  std::vector<uint8_t> in(1 << 20), out(1 << 20);
+  for (const Allocation& buffer : {a, b}) {
+    for (size_t i = 0; i < in.size(); ++i) in[i] = static_cast<uint8_t>(i * 13 + buffer.address);
+    ASSERT_OK(c->Write(buffer, 0, in));
+    ASSERT_OK(c->Read(buffer, 0, out));
+    EXPECT_EQ(in, out);
+  }
+  c->Free(a);
+  EXPECT_EQ(SharedBuffersOf(getpid()), before);
+  ASSERT_OK_AND_ASSIGN(Allocation d, c->Allocate(1 << 20));
+  EXPECT_EQ(SharedBuffersOf(getpid()), before + 1);
+  c->Free(b);
+  c->Free(d);
+  EXPECT_EQ(SharedBuffersOf(getpid()), before);
+}
+
+// An executor that ends leaves its shared buffers to the daemon until they are freed:
+// transfers answer FAILED_PRECONDITION, the memory is back at once, and the mapping goes
+// with the free.
+TEST_F(ExecutorDriverTest, ASharedBufferOfAnExecutorKilledFromOutsideFailsItsTransfersAndIsUnmappedWhenFreed) {
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<Context> c, device_->OpenContext({"research"}));
+  const int before = SharedBuffersOf(getpid());
+  ASSERT_OK_AND_ASSIGN(Allocation x, c->Allocate(1 << 20));
+  ASSERT_EQ(kill(device_->ExecutorOf("research")->pid(), SIGKILL), 0);
+  const absl::Time deadline = absl::Now() + absl::Seconds(30);
+  while (c->health().ok() && absl::Now() < deadline) absl::SleepFor(absl::Milliseconds(5));
+  std::vector<uint8_t> bytes(1 << 20);
+  EXPECT_EQ(c->Write(x, 0, bytes).code(), absl::StatusCode::kFailedPrecondition);
+  absl::Status read = c->Read(x, 0, bytes);
+  EXPECT_EQ(read.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(std::string(read.message()), HasSubstr("died: SIGKILL"));
+  EXPECT_EQ(device_->memory_in_use(), 0u);
+  EXPECT_EQ(SharedBuffersOf(getpid()), before + 1);
+  c->Free(x);
+  EXPECT_EQ(SharedBuffersOf(getpid()), before);
 }
 
 TEST_F(ExecutorDriverTest, AnAllocationPastTheDeviceIsRefusedAndChangesNothing) {

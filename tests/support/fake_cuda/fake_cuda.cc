@@ -100,6 +100,12 @@ struct State {
   std::map<CUdeviceptr, Allocation> allocations;  // by base address
   size_t allocated = 0;
   std::unordered_map<void*, CUcontext> host_allocations;
+  struct Registered {
+    size_t bytes;
+    CUcontext ctx;
+  };
+  std::map<const uint8_t*, Registered> registered;  // cuMemHostRegister's, by start
+  int registered_copies = 0;  // host <-> device copies from or into registered memory
   std::unordered_map<CUstream, std::unique_ptr<CUstream_st>> streams;
   std::unordered_map<CUevent, std::unique_ptr<CUevent_st>> events;
   std::unordered_map<CUmodule, std::unique_ptr<CUmod_st>> modules;
@@ -232,6 +238,14 @@ void Reclaim(State& s, CUcontext ctx) {
     }
     std::free(it->first);
     it = s.host_allocations.erase(it);
+    ++s.reclaimed;
+  }
+  for (auto it = s.registered.begin(); it != s.registered.end();) {
+    if (it->second.ctx != ctx) {
+      ++it;
+      continue;
+    }
+    it = s.registered.erase(it);
     ++s.reclaimed;
   }
   auto drop = [&](auto& objects, auto before_erase) {
@@ -689,12 +703,49 @@ CUresult MemFreeHost(void* p) {
 
 // Copies run at once. A device range may lie in any context's allocation (unified
 // addressing), but must lie in one.
+// The registration that holds [p, p + n), or null.
+const State::Registered* RegisteredAt(const State& s, const void* p, size_t n) {
+  const auto* b = static_cast<const uint8_t*>(p);
+  auto it = s.registered.upper_bound(b);
+  if (it == s.registered.begin()) return nullptr;
+  --it;
+  const size_t into = static_cast<size_t>(b - it->first);
+  return into <= it->second.bytes && n <= it->second.bytes - into ? &it->second : nullptr;
+}
+
+// Page-locks host memory for the current context. A range that overlaps one already
+// registered (or memory of cuMemHostAlloc) is refused, as the driver refuses it.
+CUresult MemHostRegister(void* p, size_t bytes, unsigned flags) {
+  Call call;
+  if (CUresult r = call.blocked(); r != CUDA_SUCCESS) return r;
+  CUcontext ctx = nullptr;
+  if (CUresult r = Current(&ctx); r != CUDA_SUCCESS) return r;
+  const unsigned known = CU_MEMHOSTREGISTER_PORTABLE | CU_MEMHOSTREGISTER_DEVICEMAP | CU_MEMHOSTREGISTER_IOMEMORY |
+                         CU_MEMHOSTREGISTER_READ_ONLY;
+  if (!p || bytes == 0 || (flags & ~known)) return CUDA_ERROR_INVALID_VALUE;
+  const auto* b = static_cast<const uint8_t*>(p);
+  auto next = call.s.registered.lower_bound(b);
+  if (next != call.s.registered.end() && next->first < b + bytes) return CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED;
+  if (RegisteredAt(call.s, p, 1)) return CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED;
+  if (call.s.host_allocations.count(p)) return CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED;
+  call.s.registered.emplace(b, State::Registered{bytes, ctx});
+  return CUDA_SUCCESS;
+}
+
+CUresult MemHostUnregister(void* p) {
+  Call call;
+  if (!call.s.initialized) return CUDA_ERROR_NOT_INITIALIZED;
+  if (!call.s.registered.erase(static_cast<const uint8_t*>(p))) return CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED;
+  return CUDA_SUCCESS;
+}
+
 CUresult MemcpyHtoDAsync(CUdeviceptr dst, const void* src, size_t n, CUstream stream) {
   Call call;
   if (CUresult r = call.blocked(); r != CUDA_SUCCESS) return r;
   CUcontext ctx = nullptr;
   if (CUresult r = UsableStream(call.s, stream, &ctx); r != CUDA_SUCCESS) return r;
   if (!src || !Inside(call.s, dst, n, nullptr)) return CUDA_ERROR_INVALID_VALUE;
+  if (RegisteredAt(call.s, src, n)) ++call.s.registered_copies;
   std::memcpy(reinterpret_cast<void*>(dst), src, n);
   return CUDA_SUCCESS;
 }
@@ -705,6 +756,7 @@ CUresult MemcpyDtoHAsync(void* dst, CUdeviceptr src, size_t n, CUstream stream) 
   CUcontext ctx = nullptr;
   if (CUresult r = UsableStream(call.s, stream, &ctx); r != CUDA_SUCCESS) return r;
   if (!dst || !Inside(call.s, src, n, nullptr)) return CUDA_ERROR_INVALID_VALUE;
+  if (RegisteredAt(call.s, dst, n)) ++call.s.registered_copies;
   std::memcpy(dst, reinterpret_cast<const void*>(src), n);
   return CUDA_SUCCESS;
 }
@@ -967,6 +1019,8 @@ const std::pair<std::string_view, void*> kEntries[] = {
     FAKE_CUDA_ENTRY(cuMemsetD8Async, MemsetD8Async),
     FAKE_CUDA_ENTRY(cuMemHostAlloc, MemHostAlloc),
     FAKE_CUDA_ENTRY(cuMemFreeHost, MemFreeHost),
+    FAKE_CUDA_ENTRY(cuMemHostRegister, MemHostRegister),
+    FAKE_CUDA_ENTRY(cuMemHostUnregister, MemHostUnregister),
     FAKE_CUDA_ENTRY(cuMemcpyHtoDAsync, MemcpyHtoDAsync),
     FAKE_CUDA_ENTRY(cuMemcpyDtoHAsync, MemcpyDtoHAsync),
     FAKE_CUDA_ENTRY(cuMemcpyDtoDAsync, MemcpyDtoDAsync),
@@ -1022,6 +1076,8 @@ extern "C" FAKE_CUDA_EXPORT void fake_cuda_reset(void) {
   s.allocations.clear();
   s.allocated = 0;
   s.host_allocations.clear();
+  s.registered.clear();
+  s.registered_copies = 0;
   s.streams.clear();
   s.events.clear();
   s.modules.clear();
@@ -1049,6 +1105,8 @@ extern "C" FAKE_CUDA_EXPORT int fake_cuda_count(const char* what) {
   }
   if (w == "allocations") return static_cast<int>(s.allocations.size());
   if (w == "host_allocations") return static_cast<int>(s.host_allocations.size());
+  if (w == "registered") return static_cast<int>(s.registered.size());
+  if (w == "registered_copies") return s.registered_copies;
   if (w == "streams") return static_cast<int>(s.streams.size());
   if (w == "events") return static_cast<int>(s.events.size());
   if (w == "modules") return static_cast<int>(s.modules.size());

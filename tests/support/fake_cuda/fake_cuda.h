@@ -19,6 +19,9 @@
 //   context, new contexts included, returns CUDA_ERROR_ILLEGAL_ADDRESS, as an H200 did
 //   after a kernel's illegal access; releases still release.
 // - graph launches perform their memcpy nodes in node order.
+// - cuMemHostRegister refuses a range that overlaps one registered (or cuMemHostAlloc's
+//   memory), cuMemHostUnregister one it does not hold, and a context's end drops its
+//   registrations (counted as reclaimed).
 //
 // Thread safety: the library is thread-safe (one lock). The hooks are for use between
 // tests, with no daemon running on the library.
@@ -38,7 +41,9 @@ void fake_cuda_reset(void);
 int fake_cuda_context_stack_depth(void);
 
 // How many of `what` there are: live "contexts" (the primary context counts while
-// retained), "allocations" (cuMemAlloc), "host_allocations" (cuMemHostAlloc), "streams",
+// retained), "allocations" (cuMemAlloc), "host_allocations" (cuMemHostAlloc),
+// "registered" (host ranges cuMemHostRegister holds), "registered_copies" (host <-> device
+// copies from or into registered memory, since the reset), "streams",
 // "events", "modules", "graphs", "graph_execs"; "reclaimed": objects a context's
 // destruction freed because nobody had before it; "faulted": 1 after the sticky fault,
 // else 0. -1 for any other word.
