@@ -5,7 +5,7 @@
 //   - the 32-kernel chain replayed with wait and a 4 KiB read-back over the Session
 //     stream (round trip), and the same replays pipelined from one client (replays/s);
 //   - an empty-kernel Launch round trip (eager);
-//   - WriteBuffer and ReadBuffer of 1 MiB and of 64 MiB (MiB/s);
+//   - WriteBuffer and ReadBuffer of 1 MiB and of 256 MiB (MiB/s);
 //   - OpenSession and its close while the tenant's other sessions keep its executor
 //     running (round trip).
 // Under --placement=split both daemons (and the executors they spawn, which inherit the
@@ -38,13 +38,13 @@ ABSL_FLAG(std::string, b_replayd, "", "daemon B's binary (default: the same as A
 ABSL_FLAG(std::string, b_args, "--isolation=process", "flags daemon B has beyond A's, split on spaces");
 ABSL_FLAG(bool, b_first, false, "start daemon B first and measure it first in each pair (B A B A)");
 ABSL_FLAG(int, small_transfers, 32, "1 MiB transfers per run of the 1 MiB figures");
-ABSL_FLAG(int, large_transfers, 2, "64 MiB transfers per run of the 64 MiB figures");
+ABSL_FLAG(int, large_transfers, 2, "256 MiB transfers per run of the 256 MiB figures");
 
 namespace replayd::bench {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-constexpr uint64_t kMiB = 1 << 20, kSmall = kMiB, kLarge = 64 * kMiB;
+constexpr uint64_t kMiB = 1 << 20, kSmall = kMiB, kLarge = 256 * kMiB;
 
 double Seconds(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
 
@@ -133,7 +133,7 @@ int Main() {
   const int runs = absl::GetFlag(FLAGS_runs), iterations = absl::GetFlag(FLAGS_iterations);
   const int small_n = absl::GetFlag(FLAGS_small_transfers), large_n = absl::GetFlag(FLAGS_large_transfers);
   // Both have room for the chain, the two buffers and the transfers of the other session.
-  const std::vector<std::string> common = {"--cpu_memory_limit=" + std::to_string(256 * kMiB)};
+  const std::vector<std::string> common = {"--cpu_memory_limit=" + std::to_string(768 * kMiB)};
   std::vector<std::string> b_args = common;
   for (auto& w : SplitArgs(absl::GetFlag(FLAGS_b_args))) b_args.push_back(w);
   const std::string a_binary = absl::GetFlag(FLAGS_replayd), b_binary = absl::GetFlag(FLAGS_b_replayd);
@@ -182,7 +182,7 @@ int Main() {
     std::printf("both with --daemon_args: %s\n", absl::GetFlag(FLAGS_daemon_args).c_str());
   std::printf("client and daemons as separate processes on loopback; placement: %s%s\n",
               a.servers->Placement().c_str(), a.servers->split ? " (executors inherit the daemon's core)" : "");
-  std::printf("%d interleaved runs (%s), medians; %d round trips or replays per run; %d x 1 MiB and %d x 64 MiB "
+  std::printf("%d interleaved runs (%s), medians; %d round trips or replays per run; %d x 1 MiB and %d x 256 MiB "
               "per transfer run\n\n",
               runs, b_first ? "B A B A, B started first" : "A B A B", iterations, small_n, large_n);
   std::printf("%-46s %14s %14s %8s\n", "figure", a_label.c_str(), b_label.c_str(), "B/A");
@@ -197,8 +197,8 @@ int Main() {
   us("empty-kernel Launch, round trip", 4);
   rate("WriteBuffer 1 MiB", 6, "MiB/s");
   rate("ReadBuffer 1 MiB", 8, "MiB/s");
-  rate("WriteBuffer 64 MiB", 10, "MiB/s");
-  rate("ReadBuffer 64 MiB", 12, "MiB/s");
+  rate("WriteBuffer 256 MiB", 10, "MiB/s");
+  rate("ReadBuffer 256 MiB", 12, "MiB/s");
   us("OpenSession + close, executor running", 14);
   return 0;
 }
