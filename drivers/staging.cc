@@ -5,6 +5,13 @@
 
 namespace replayd {
 
+bool PinnedRanges::Hold(const void* host, uint64_t bytes) const {
+  const auto* p = static_cast<const uint8_t*>(host);
+  return std::any_of(ranges_.begin(), ranges_.end(), [&](std::span<uint8_t> r) {
+    return p >= r.data() && bytes <= r.size() && static_cast<uint64_t>(p - r.data()) <= r.size() - bytes;
+  });
+}
+
 absl::Status StagedWrite(const Staging& s, std::span<const uint8_t> bytes) {
   for (uint64_t done = 0, i = 0; done < bytes.size(); done += s.chunk, i ^= 1) {
     const uint64_t n = std::min<uint64_t>(s.chunk, bytes.size() - done);

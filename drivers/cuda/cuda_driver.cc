@@ -138,8 +138,6 @@ class CudaContext : public Context {
   absl::Status Fault() const;
   // The staging schedule for a transfer at device address `address`.
   Staging StagingFor(uint64_t address, bool to_device) ABSL_EXCLUSIVE_LOCKS_REQUIRED(staging_mu_);
-  // True when [host, host + bytes) lies inside memory PinHost registered.
-  bool Pinned(const void* host, uint64_t bytes) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(staging_mu_);
 
   CudaDevice* const device_;
   CUcontext ctx_;
@@ -156,7 +154,7 @@ class CudaContext : public Context {
   std::array<void*, 2> staging_ ABSL_GUARDED_BY(staging_mu_) = {nullptr, nullptr};
   std::array<CUevent, 2> staged_ ABSL_GUARDED_BY(staging_mu_) = {nullptr, nullptr};
   // PinHost's ranges, registered with cuMemHostRegister until the context ends.
-  std::vector<std::span<uint8_t>> pinned_ ABSL_GUARDED_BY(staging_mu_);
+  PinnedRanges pinned_ ABSL_GUARDED_BY(staging_mu_);
 };
 
 class CudaDevice : public Device {
@@ -368,7 +366,7 @@ CudaContext::~CudaContext() {
   if (cu.cuCtxSetCurrent(ctx_) == CUDA_SUCCESS) {
     if (stream_) cu.cuStreamSynchronize(stream_);
     absl::MutexLock lock(&staging_mu_);
-    for (std::span<uint8_t> host : pinned_) cu.cuMemHostUnregister(host.data());
+    for (std::span<uint8_t> host : pinned_.ranges()) cu.cuMemHostUnregister(host.data());
     for (int i = 0; i < 2; ++i) {
       if (staging_[i]) cu.cuMemFreeHost(staging_[i]);
       if (staged_[i]) cu.cuEventDestroy(staged_[i]);
@@ -486,15 +484,8 @@ absl::Status CudaContext::PinHost(std::span<uint8_t> host) {
   if (absl::Status s = Check(device_->cu().cuMemHostRegister(host.data(), host.size(), 0), "cuMemHostRegister");
       !s.ok())
     return s;
-  pinned_.push_back(host);
+  pinned_.Add(host);
   return absl::OkStatus();
-}
-
-bool CudaContext::Pinned(const void* host, uint64_t bytes) const {
-  const auto* p = static_cast<const uint8_t*>(host);
-  return std::any_of(pinned_.begin(), pinned_.end(), [&](std::span<uint8_t> r) {
-    return p >= r.data() && bytes <= r.size() && static_cast<uint64_t>(p - r.data()) <= r.size() - bytes;
-  });
 }
 
 // From pinned memory the copy is one DMA, waited for: the caller may reuse the bytes once
@@ -502,7 +493,7 @@ bool CudaContext::Pinned(const void* host, uint64_t bytes) const {
 absl::Status CudaContext::Write(const Allocation& dst, uint64_t offset, std::span<const uint8_t> bytes) {
   if (absl::Status s = Bind(); !s.ok()) return s;
   absl::MutexLock lock(&staging_mu_);
-  if (Pinned(bytes.data(), bytes.size())) {
+  if (pinned_.Hold(bytes.data(), bytes.size())) {
     const CUresult r = device_->cu().cuMemcpyHtoDAsync(dst.address + offset, bytes.data(), bytes.size(), stream_);
     if (absl::Status s = Check(r, "cuMemcpyHtoDAsync"); !s.ok()) return s;
     return Check(device_->cu().cuStreamSynchronize(stream_), "transfer");
@@ -513,7 +504,7 @@ absl::Status CudaContext::Write(const Allocation& dst, uint64_t offset, std::spa
 absl::Status CudaContext::Read(const Allocation& src, uint64_t offset, std::span<uint8_t> bytes) {
   if (absl::Status s = Bind(); !s.ok()) return s;
   absl::MutexLock lock(&staging_mu_);
-  if (Pinned(bytes.data(), bytes.size())) {
+  if (pinned_.Hold(bytes.data(), bytes.size())) {
     const CUresult r = device_->cu().cuMemcpyDtoHAsync(bytes.data(), src.address + offset, bytes.size(), stream_);
     if (absl::Status s = Check(r, "cuMemcpyDtoHAsync"); !s.ok()) return s;
     return Check(device_->cu().cuStreamSynchronize(stream_), "transfer");

@@ -114,6 +114,7 @@ class HipContext : public Context {
 
   absl::StatusOr<Allocation> Allocate(uint64_t bytes) override;
   void Free(const Allocation& allocation) override;
+  absl::Status PinHost(std::span<uint8_t> host) override;
   absl::Status Write(const Allocation& dst, uint64_t offset, std::span<const uint8_t> bytes) override;
   absl::Status Read(const Allocation& src, uint64_t offset, std::span<uint8_t> bytes) override;
   absl::Status Copy(const Allocation& dst, uint64_t dst_offset, const Allocation& src, uint64_t src_offset,
@@ -147,6 +148,8 @@ class HipContext : public Context {
   absl::Mutex staging_mu_;
   std::array<void*, 2> staging_ ABSL_GUARDED_BY(staging_mu_) = {nullptr, nullptr};
   std::array<hipEvent_t, 2> staged_ ABSL_GUARDED_BY(staging_mu_) = {nullptr, nullptr};
+  // PinHost's ranges, registered with hipHostRegister until the context ends.
+  PinnedRanges pinned_ ABSL_GUARDED_BY(staging_mu_);
 };
 
 class HipDevice : public Device {
@@ -378,6 +381,7 @@ HipContext::~HipContext() {
   if (hip.hipSetDevice(device_->ordinal()) == hipSuccess) {
     if (stream_) (void)hip.hipStreamSynchronize(stream_);
     absl::MutexLock lock(&staging_mu_);
+    for (std::span<uint8_t> host : pinned_.ranges()) (void)hip.hipHostUnregister(host.data());
     for (int i = 0; i < 2; ++i) {
       if (staging_[i]) (void)hip.hipHostFree(staging_[i]);
       if (staged_[i]) (void)hip.hipEventDestroy(staged_[i]);
@@ -464,15 +468,42 @@ Staging HipContext::StagingFor(uint64_t address, bool to_device) {
   return s;
 }
 
+absl::Status HipContext::PinHost(std::span<uint8_t> host) {
+  if (host.empty()) return absl::OkStatus();
+  if (absl::Status s = Bind(); !s.ok()) return s;
+  absl::MutexLock lock(&staging_mu_);
+  if (absl::Status s = Check(device_->hip().hipHostRegister(host.data(), host.size(), hipHostRegisterDefault),
+                             "hipHostRegister");
+      !s.ok())
+    return s;
+  pinned_.Add(host);
+  return absl::OkStatus();
+}
+
+// From pinned memory the copy is one DMA, waited for: the caller may reuse the bytes once
+// Write returns.
 absl::Status HipContext::Write(const Allocation& dst, uint64_t offset, std::span<const uint8_t> bytes) {
   if (absl::Status s = Bind(); !s.ok()) return s;
   absl::MutexLock lock(&staging_mu_);
+  if (pinned_.Hold(bytes.data(), bytes.size())) {
+    auto at = reinterpret_cast<hipDeviceptr_t>(dst.address + offset);
+    const hipError_t e =
+        device_->hip().hipMemcpyHtoDAsync(at, const_cast<uint8_t*>(bytes.data()), bytes.size(), stream_);
+    if (absl::Status s = Check(e, "hipMemcpyHtoDAsync"); !s.ok()) return s;
+    return Check(device_->hip().hipStreamSynchronize(stream_), "transfer");
+  }
   return StagedWrite(StagingFor(dst.address + offset, true), bytes);
 }
 
 absl::Status HipContext::Read(const Allocation& src, uint64_t offset, std::span<uint8_t> bytes) {
   if (absl::Status s = Bind(); !s.ok()) return s;
   absl::MutexLock lock(&staging_mu_);
+  if (pinned_.Hold(bytes.data(), bytes.size())) {
+    auto at = reinterpret_cast<hipDeviceptr_t>(src.address + offset);
+    const hipError_t e = device_->hip().hipMemcpyDtoHAsync(bytes.data(), at, bytes.size(), stream_);
+    if (absl::Status s = Check(e, "hipMemcpyDtoHAsync"); !s.ok()) return s;
+    return Check(device_->hip().hipStreamSynchronize(stream_), "transfer");
+  }
   return StagedRead(StagingFor(src.address + offset, false), bytes);
 }
 

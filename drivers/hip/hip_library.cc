@@ -49,6 +49,8 @@ absl::StatusOr<std::unique_ptr<HipLibrary>> HipLibrary::Load() {
   REPLAYD_RESOLVE(hipMemsetAsync)
   REPLAYD_RESOLVE(hipHostMalloc)
   REPLAYD_RESOLVE(hipHostFree)
+  REPLAYD_RESOLVE(hipHostRegister)
+  REPLAYD_RESOLVE(hipHostUnregister)
   REPLAYD_RESOLVE(hipMemcpyHtoDAsync)
   REPLAYD_RESOLVE(hipMemcpyDtoHAsync)
   REPLAYD_RESOLVE(hipMemcpyDtoDAsync)

@@ -50,6 +50,8 @@ class HipLibrary {
   REPLAYD_HIP_ENTRY(hipMemsetAsync)
   hipError_t (*hipHostMalloc)(void** ptr, size_t size, unsigned int flags) = nullptr;
   REPLAYD_HIP_ENTRY(hipHostFree)
+  REPLAYD_HIP_ENTRY(hipHostRegister)
+  REPLAYD_HIP_ENTRY(hipHostUnregister)
   REPLAYD_HIP_ENTRY(hipMemcpyHtoDAsync)
   REPLAYD_HIP_ENTRY(hipMemcpyDtoHAsync)
   REPLAYD_HIP_ENTRY(hipMemcpyDtoDAsync)

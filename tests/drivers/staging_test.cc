@@ -72,5 +72,23 @@ TEST_F(StagingTest, AFailedCopyStopsTheTransfer) {
   EXPECT_TRUE(log_.empty());
 }
 
+// A transfer copies straight only when it lies wholly inside one pinned range.
+TEST(PinnedRangesTest, HoldOnlyWhatLiesWhollyInsideOneRange) {
+  std::vector<uint8_t> host(3 * 4096), other(16);
+  const std::span<uint8_t> a = std::span(host).subspan(1024, 4096), b = std::span(host).subspan(8192, 4096);
+  PinnedRanges pinned;
+  EXPECT_FALSE(pinned.Hold(a.data(), 1));
+  pinned.Add(a);
+  pinned.Add(b);
+  EXPECT_TRUE(pinned.Hold(a.data(), 4096));
+  EXPECT_TRUE(pinned.Hold(a.data() + 4000, 96));
+  EXPECT_TRUE(pinned.Hold(b.data() + 100, 0));
+  EXPECT_FALSE(pinned.Hold(a.data() + 4000, 97)) << "runs past its end";
+  EXPECT_FALSE(pinned.Hold(a.data(), 4097));
+  EXPECT_FALSE(pinned.Hold(other.data(), 16));
+  EXPECT_FALSE(pinned.Hold(host.data() + 1023, 2)) << "starts before it";
+  EXPECT_FALSE(pinned.Hold(a.data() + 4000, 4096)) << "spans two ranges' gap";
+}
+
 }  // namespace
 }  // namespace replayd

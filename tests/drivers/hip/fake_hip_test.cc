@@ -138,8 +138,8 @@ std::string OffloadBundle(const std::vector<std::pair<std::string, std::string>>
 }
 
 // The kinds of object the fake counts, each of which its owner must release.
-constexpr const char* kObjects[] = {"allocations", "host_allocations", "streams",    "events",
-                                    "modules",     "graphs",           "graph_execs"};
+constexpr const char* kObjects[] = {"allocations", "host_allocations", "registered", "streams",
+                                    "events",      "modules",          "graphs",     "graph_execs"};
 
 const char* GraphName(HipDeviceGraph g) { return g == HipDeviceGraph::kGraph ? "graph" : "stream"; }
 
@@ -197,6 +197,39 @@ TEST_F(FakeHipDriverTest, DiscoveryFindsTheFakeDeviceWithItsNameMemoryAndLimits)
 // reads and copies go through the staging buffers; a device graph of copy nodes is
 // retargeted by Update and launched, as memcpy nodes of a hipGraph or copies on the
 // session's stream.
+// Memory a context pins (an executor's channel data area) is registered with the runtime
+// while the context lives; a transfer from or into it is one copy straight to the device,
+// and one from elsewhere still goes through the staging buffers.
+TEST_F(FakeHipDriverTest, PinnedHostMemoryIsCopiedStraightAndUnregisteredWithItsContext) {
+  std::unique_ptr<Device> device = Discover(HipDeviceGraph::kStream);
+  ASSERT_NE(device, nullptr);
+  std::vector<uint8_t> area(1 << 20);  // stands for the data area
+  {
+    ASSERT_OK_AND_ASSIGN(std::unique_ptr<Context> c, device->OpenContext({"test"}));
+    ASSERT_OK(c->PinHost(area));
+    EXPECT_EQ(fake_.count("registered"), 1);
+    EXPECT_FALSE(c->PinHost(std::span(area).subspan(4096, 4096)).ok()) << "memory already registered";
+    ASSERT_OK_AND_ASSIGN(Allocation a, c->Allocate(kN * 4));
+    const std::vector<uint8_t> pattern = Bytes(Iota(kN, 3));
+    std::copy(pattern.begin(), pattern.end(), area.begin() + 100);
+    ASSERT_OK(c->Write(a, 0, std::span(area).subspan(100, pattern.size())));
+    EXPECT_EQ(fake_.count("registered_copies"), 1);
+    std::fill(area.begin(), area.end(), 0);
+    ASSERT_OK(c->Read(a, 0, std::span(area).subspan(8, pattern.size())));
+    EXPECT_EQ(fake_.count("registered_copies"), 2);
+    EXPECT_TRUE(std::equal(pattern.begin(), pattern.end(), area.begin() + 8));
+    // Memory elsewhere is staged, and right all the same.
+    std::vector<uint8_t> elsewhere(pattern.size());
+    ASSERT_OK(c->Read(a, 0, elsewhere));
+    EXPECT_EQ(elsewhere, pattern);
+    EXPECT_EQ(fake_.count("registered_copies"), 2);
+    c->Free(a);
+  }
+  EXPECT_EQ(fake_.count("registered"), 0) << "unregistered when the context closed";
+  device.reset();
+  ExpectNothingLeft();
+}
+
 TEST_P(FakeHipDeviceGraphTest, TransfersCopiesAndCopyNodesMoveTheRightBytes) {
   std::unique_ptr<Device> device = Discover(GetParam());
   ASSERT_NE(device, nullptr);

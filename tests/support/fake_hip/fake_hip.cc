@@ -96,6 +96,8 @@ struct State {
   std::map<uintptr_t, size_t> allocations;  // device 0's, by base address
   size_t allocated = 0;
   std::unordered_set<void*> host_allocations;
+  std::map<const uint8_t*, size_t> registered;  // hipHostRegister's ranges, by start
+  int registered_copies = 0;  // host <-> device copies from or into registered memory
   std::unordered_map<hipStream_t, std::unique_ptr<ihipStream_t>> streams;
   std::unordered_map<hipEvent_t, std::unique_ptr<ihipEvent_t>> events;
   std::unordered_map<hipModule_t, std::unique_ptr<ihipModule_t>> modules;
@@ -265,6 +267,8 @@ void Reclaim(State& s, int device) {
   s.allocations.clear();
   s.allocated = 0;
   s.host_allocations.clear();
+  s.reclaimed += static_cast<int>(s.registered.size());
+  s.registered.clear();
   auto drop = [&](auto& objects) {
     for (auto it = objects.begin(); it != objects.end();) {
       if (it->second->device != device) {
@@ -562,12 +566,54 @@ FAKE_HIP_EXPORT hipError_t hipHostFree(void* p) {
   return call.released();
 }
 
+}  // extern "C"
+
+namespace {
+
+// True when [p, p + n) lies inside one registered range.
+bool Registered(const State& s, const void* p, size_t n) {
+  const auto* b = static_cast<const uint8_t*>(p);
+  auto it = s.registered.upper_bound(b);
+  if (it == s.registered.begin()) return false;
+  --it;
+  const size_t into = static_cast<size_t>(b - it->first);
+  return into <= it->second && n <= it->second - into;
+}
+
+}  // namespace
+
+extern "C" {
+
+// Page-locks host memory; a range that overlaps one registered, or hipHostMalloc's
+// memory, is refused as the runtime refuses it.
+FAKE_HIP_EXPORT hipError_t hipHostRegister(void* p, size_t bytes, unsigned int flags) {
+  Call call;
+  if (hipError_t r = call.blocked(); r != hipSuccess) return r;
+  const unsigned known = hipHostRegisterPortable | hipHostRegisterMapped | hipHostRegisterIoMemory |
+                         hipExtHostRegisterCoarseGrained;
+  if (!p || bytes == 0 || (flags & ~known)) return hipErrorInvalidValue;
+  const auto* b = static_cast<const uint8_t*>(p);
+  auto next = call.s.registered.lower_bound(b);
+  if (next != call.s.registered.end() && next->first < b + bytes) return hipErrorHostMemoryAlreadyRegistered;
+  if (Registered(call.s, p, 1) || call.s.host_allocations.count(p)) return hipErrorHostMemoryAlreadyRegistered;
+  call.s.registered.emplace(b, bytes);
+  return hipSuccess;
+}
+
+FAKE_HIP_EXPORT hipError_t hipHostUnregister(void* p) {
+  Call call;
+  if (!call.s.initialized) return hipErrorNotInitialized;
+  if (!call.s.registered.erase(static_cast<const uint8_t*>(p))) return hipErrorHostMemoryNotRegistered;
+  return hipSuccess;
+}
+
 // Copies run at once; a device range must lie in one live allocation.
 FAKE_HIP_EXPORT hipError_t hipMemcpyHtoDAsync(hipDeviceptr_t dst, void* src, size_t n, hipStream_t stream) {
   Call call;
   if (hipError_t r = call.blocked(); r != hipSuccess) return r;
   if (hipError_t r = UsableStream(call.s, stream); r != hipSuccess) return r;
   if (!src || !Inside(call.s, dst, n)) return hipErrorInvalidValue;
+  if (Registered(call.s, src, n)) ++call.s.registered_copies;
   std::memcpy(dst, src, n);
   return hipSuccess;
 }
@@ -577,6 +623,7 @@ FAKE_HIP_EXPORT hipError_t hipMemcpyDtoHAsync(void* dst, hipDeviceptr_t src, siz
   if (hipError_t r = call.blocked(); r != hipSuccess) return r;
   if (hipError_t r = UsableStream(call.s, stream); r != hipSuccess) return r;
   if (!dst || !Inside(call.s, src, n)) return hipErrorInvalidValue;
+  if (Registered(call.s, dst, n)) ++call.s.registered_copies;
   std::memcpy(dst, src, n);
   return hipSuccess;
 }
@@ -900,6 +947,7 @@ FAKE_HIP_EXPORT void fake_hip_reset(void) {
   State& s = call.s;
   Reclaim(s, 0);
   s.reclaimed = 0;
+  s.registered_copies = 0;
   s.resets = 0;
   s.faulted = false;
   s.initialized = false;
@@ -912,6 +960,8 @@ FAKE_HIP_EXPORT int fake_hip_count(const char* what) {
   const std::string_view w = what ? what : "";
   if (w == "allocations") return static_cast<int>(s.allocations.size());
   if (w == "host_allocations") return static_cast<int>(s.host_allocations.size());
+  if (w == "registered") return static_cast<int>(s.registered.size());
+  if (w == "registered_copies") return s.registered_copies;
   if (w == "streams") return static_cast<int>(s.streams.size());
   if (w == "events") return static_cast<int>(s.events.size());
   if (w == "modules") return static_cast<int>(s.modules.size());
@@ -951,6 +1001,8 @@ namespace {
     FAKE_HIP_CHECKED(hipMemsetAsync),
     reinterpret_cast<const void*>(static_cast<hipError_t (*)(void**, size_t, unsigned int)>(&::hipHostMalloc)),
     FAKE_HIP_CHECKED(hipHostFree),
+    FAKE_HIP_CHECKED(hipHostRegister),
+    FAKE_HIP_CHECKED(hipHostUnregister),
     FAKE_HIP_CHECKED(hipMemcpyHtoDAsync),
     FAKE_HIP_CHECKED(hipMemcpyDtoHAsync),
     FAKE_HIP_CHECKED(hipMemcpyDtoDAsync),

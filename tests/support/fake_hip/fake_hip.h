@@ -50,7 +50,8 @@ extern "C" {
 void fake_hip_reset(void);
 
 // How many of `what` there are: live "allocations" (hipMalloc), "host_allocations"
-// (hipHostMalloc), "streams", "events", "modules", "graphs", "graph_execs";
+// (hipHostMalloc), "registered" (host ranges hipHostRegister holds), "registered_copies"
+// (host <-> device copies from or into registered memory, since the reset), "streams", "events", "modules", "graphs", "graph_execs";
 // "reclaimed": objects hipDeviceReset freed because nobody had before it; "resets":
 // calls of hipDeviceReset; "faulted": 1 after the sticky fault, else 0. -1 for any other
 // word.
