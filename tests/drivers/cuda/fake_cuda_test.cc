@@ -26,6 +26,7 @@
 #include "tests/integration/daemon_fixture.h"
 #include "tests/support/fake_cuda/fake_cuda.h"
 #include "tests/support/graph_def.h"
+#include "tests/support/pinned_transfers.h"
 #include "tests/support/status_macros.h"
 #include "tests/support/tenants_file.h"
 
@@ -246,28 +247,9 @@ TEST_F(FakeCudaDriverTest, PinnedHostMemoryIsCopiedStraightAndUnregisteredWithIt
     fake_.reset();
     std::unique_ptr<Device> device = Discover(policy);
     ASSERT_NE(device, nullptr);
-    std::vector<uint8_t> area(1 << 20);  // stands for the data area
     {
       ASSERT_OK_AND_ASSIGN(std::unique_ptr<Context> c, device->OpenContext({"test"}));
-      ASSERT_OK(c->PinHost(area));
-      EXPECT_EQ(fake_.count("registered"), 1);
-      EXPECT_EQ(c->PinHost(std::span(area).subspan(4096, 4096)).code(), absl::StatusCode::kInternal)
-          << "memory already registered";
-      ASSERT_OK_AND_ASSIGN(Allocation a, c->Allocate(kN * 4));
-      const std::vector<uint8_t> pattern = Bytes(Iota(kN, 3));
-      std::copy(pattern.begin(), pattern.end(), area.begin() + 100);
-      ASSERT_OK(c->Write(a, 0, std::span(area).subspan(100, pattern.size())));
-      EXPECT_EQ(fake_.count("registered_copies"), 1);
-      std::fill(area.begin(), area.end(), 0);
-      ASSERT_OK(c->Read(a, 0, std::span(area).subspan(8, pattern.size())));
-      EXPECT_EQ(fake_.count("registered_copies"), 2);
-      EXPECT_TRUE(std::equal(pattern.begin(), pattern.end(), area.begin() + 8));
-      // Memory elsewhere is staged, and right all the same.
-      std::vector<uint8_t> elsewhere(pattern.size());
-      ASSERT_OK(c->Read(a, 0, elsewhere));
-      EXPECT_EQ(elsewhere, pattern);
-      EXPECT_EQ(fake_.count("registered_copies"), 2);
-      c->Free(a);
+      testing::CheckPinnedTransfers(*c, fake_.count);
     }
     EXPECT_EQ(fake_.count("registered"), 0) << "unregistered when the context closed";
     device.reset();
