@@ -18,13 +18,13 @@
 
 #include <cstring>
 #include <fstream>
-#include <numeric>
 
 #include "drivers/cuda/cuda_driver.h"
 #include "drivers/cuda/cuda_library.h"
 #include "drivers/cuda/nvrtc.h"
 #include "tests/integration/daemon_fixture.h"
 #include "tests/support/fake_cuda/fake_cuda.h"
+#include "tests/support/copy_graphs.h"
 #include "tests/support/graph_def.h"
 #include "tests/support/pinned_transfers.h"
 #include "tests/support/status_macros.h"
@@ -68,22 +68,12 @@ absl::StatusOr<FakeCuda> FindFake() {
 
 constexpr int64_t kN = 256;  // floats per buffer
 
-std::vector<float> Iota(size_t n, float from) {
-  std::vector<float> v(n);
-  std::iota(v.begin(), v.end(), from);
-  return v;
-}
+using replayd::testing::copy_graphs::Iota;
 
 std::vector<uint8_t> Bytes(const std::vector<float>& v) {
   std::vector<uint8_t> b(v.size() * 4);
   std::memcpy(b.data(), v.data(), b.size());
   return b;
-}
-
-std::vector<float> Floats(const std::string& bytes) {
-  std::vector<float> v(bytes.size() / 4);
-  std::memcpy(v.data(), bytes.data(), v.size() * 4);
-  return v;
 }
 
 // A 1D device-to-device copy as the driver describes a copy node.
@@ -382,74 +372,17 @@ class FakeCudaDaemonTest : public DaemonFixture, public ::testing::WithParamInte
   std::unique_ptr<Session> session_;
 };
 
-// Copies on every kind of slot, defined explicitly, with no kernel (kernels do not run in
-// the fake): parameter to internal, internal to internal, internal to a parameter at an
-// offset, constant to parameter, parameter to parameter. Every copy is a memcpy node of
-// one CUDA graph that the fake checks against the context's live allocations at
-// creation, at each retargeting and at each launch. Replayed on fresh buffers, twice.
+// Copies on every kind of slot in one device graph (tests/support/copy_graphs.h), whose
+// memcpy nodes the fake checks against the live allocations: no node on a placeholder
+// address.
 TEST_P(FakeCudaDaemonTest, ACopyGraphOnParametersInternalsAndConstantsReplaysOnFreshBuffers) {
-  {
-    Buffer weights = Alloc(kN * 4);
-    ASSERT_TRUE(session_->WriteVector(weights, Iota(kN, 1000)).ok());
-    replayd::testing::GraphDefBuilder builder;
-    v1::GraphDef& def = builder.def();
-    const uint32_t kIn = builder.Slot(v1::Slot::PARAMETER, kN * 4), kOut = builder.Slot(v1::Slot::PARAMETER, 2 * kN * 4),
-                   kOut2 = builder.Slot(v1::Slot::PARAMETER, kN * 4), kT = builder.Slot(v1::Slot::INTERNAL, kN * 4),
-                   kU = builder.Slot(v1::Slot::INTERNAL, kN * 4),
-                   kC = builder.Slot(v1::Slot::CONSTANT, kN * 4, weights.handle());
-    auto copy = [&](uint32_t dst, uint64_t dst_offset, uint32_t src) { builder.Copy(dst, dst_offset, src, kN * 4); };
-    copy(kT, 0, kIn);        // parameter -> internal
-    copy(kU, 0, kT);         // internal -> internal
-    copy(kOut, kN * 4, kU);  // internal -> parameter, at an offset
-    copy(kOut, 0, kC);       // constant -> parameter
-    copy(kOut2, 0, kIn);     // parameter -> parameter
-    ASSERT_OK_AND_ASSIGN(Graph graph, session_->DefineGraph(def));
-    EXPECT_EQ(graph.info().calls(), 5u);
-    EXPECT_EQ(graph.info().batches(), 1u) << "every copy a node of one CUDA graph";
-    for (float seed : {1.0f, 5000.0f}) {
-      Buffer in = Alloc(kN * 4), out = Alloc(2 * kN * 4), out2 = Alloc(kN * 4);
-      ASSERT_TRUE(session_->WriteVector(in, Iota(kN, seed)).ok());
-      ASSERT_OK_AND_ASSIGN(ReplayResult r,
-                           session_->Replay(graph, {&in, &out, &out2}, /*wait=*/true, {View{&out}, View{&out2}}));
-      ASSERT_EQ(r.reads.size(), 2u);
-      std::vector<float> want = Iota(kN, 1000);
-      const std::vector<float> in_values = Iota(kN, seed);
-      want.insert(want.end(), in_values.begin(), in_values.end());
-      EXPECT_EQ(Floats(r.reads[0]), want) << "seed " << seed;
-      EXPECT_EQ(Floats(r.reads[1]), in_values) << "seed " << seed;
-    }
-  }
+  replayd::testing::CheckACopyGraphOnEveryKindOfSlot(*session_, kN);
   ExpectTheDaemonLeftNothing();
 }
 
-// The same kind of graph from a capture: a buffer made and dropped inside it becomes an
-// internal, the weights a constant.
+// The same kind of graph from a capture.
 TEST_P(FakeCudaDaemonTest, ACapturedCopyChainReplaysOnFreshBuffers) {
-  {
-    Buffer in = Alloc(kN * 4), out = Alloc(2 * kN * 4), weights = Alloc(kN * 4);
-    ASSERT_TRUE(session_->WriteVector(weights, Iota(kN, 100)).ok());
-    ASSERT_TRUE(session_->WriteVector(in, Iota(kN, 0)).ok());
-    ASSERT_TRUE(session_->BeginCapture({&in}, {}).ok());
-    {
-      Buffer t = Alloc(kN * 4);
-      ASSERT_TRUE(session_->Copy(View{&t}, View{&in}).ok());
-      ASSERT_TRUE(session_->Copy(View{&out, kN * 4, kN * 4}, View{&t}).ok());
-      ASSERT_TRUE(session_->Copy(View{&out, 0, kN * 4}, View{&weights}).ok());
-    }
-    ASSERT_OK_AND_ASSIGN(Graph graph, session_->EndCapture({&out}));
-    EXPECT_EQ(graph.info().calls(), 3u);
-    EXPECT_EQ(graph.info().arena_bytes(), kN * 4u) << "t became an internal";
-    for (float seed : {3.0f, 77.0f}) {
-      Buffer fresh_in = Alloc(kN * 4), fresh_out = Alloc(2 * kN * 4);
-      ASSERT_TRUE(session_->WriteVector(fresh_in, Iota(kN, seed)).ok());
-      ASSERT_OK_AND_ASSIGN(ReplayResult r, session_->Replay(graph, {&fresh_in, &fresh_out}, true, {View{&fresh_out}}));
-      std::vector<float> want = Iota(kN, 100);
-      const std::vector<float> in_values = Iota(kN, seed);
-      want.insert(want.end(), in_values.begin(), in_values.end());
-      ASSERT_EQ(r.reads.size(), 1u);
-      EXPECT_EQ(Floats(r.reads[0]), want) << "seed " << seed;
-    }
-  }
+  replayd::testing::CheckACapturedCopyChain(*session_, kN);
   ExpectTheDaemonLeftNothing();
 }
 
