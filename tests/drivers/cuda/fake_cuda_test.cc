@@ -23,6 +23,7 @@
 #include "drivers/cuda/cuda_library.h"
 #include "drivers/cuda/nvrtc.h"
 #include "tests/integration/daemon_fixture.h"
+#include "tests/support/fake_gpu_executors.h"
 #include "tests/support/fake_cuda/fake_cuda.h"
 #include "tests/support/copy_graphs.h"
 #include "tests/support/graph_def.h"
@@ -503,7 +504,7 @@ INSTANTIATE_TEST_SUITE_P(Policies, FakeCudaFaultTest, kInDaemon, PolicyName);
 // In executors (the default), a kernel fault ends only its tenant's executor: the fake in
 // that process is poisoned as a GPU's whole process is, while the daemon's process, the
 // other tenant's executor and the tenant's next executor each have CUDA state of their own.
-class FakeCudaExecutorTest : public DaemonFixture {
+class FakeCudaExecutorTest : public FakeGpuExecutorFixture {
  protected:
   void SetUp() override {
     absl::StatusOr<FakeCuda> fake = FindFake();
@@ -512,41 +513,10 @@ class FakeCudaExecutorTest : public DaemonFixture {
     if (absl::Status s = CudaLibrary::sticky_fault(); !s.ok())
       GTEST_SKIP() << "an earlier case of this process faulted, which ends CUDA service for the process: " << s;
     fake_.reset();
-    const std::filesystem::path file = cache_.path() / "tenants.textproto";
-    std::ofstream(file) << TenantText("research", "research-token", "") << TenantText("prod", "prod-token", "")
-                        << TenantText("ops", "ops-token", "");
-    Options options;
-    options.tenants_file = file;
-    options.adjust = [](DaemonOptions& d) {
+    StartDaemon("cuda:0", [](DaemonOptions& d) {
       d.devices = {"cpu", "cuda"};
-      d.tenant_defaults.isolation = Isolation::kProcess;
       d.cuda_executor_bytes = kExecutorBytes;
-    };
-    Start(options);
-  }
-  Client As(const std::string& token) {
-    ClientOptions o;
-    o.token = token;
-    return Client::Connect(daemon_->address(), o);
-  }
-  uint64_t CudaFreeMemory(Client& c) {
-    absl::StatusOr<std::vector<v1::Device>> devices = c.ListDevices();
-    EXPECT_TRUE(devices.ok()) << devices.status();
-    for (const v1::Device& d : devices.ok() ? *devices : std::vector<v1::Device>())
-      if (d.id() == "cuda:0") return d.free_memory();
-    ADD_FAILURE() << "cuda:0 is not listed";
-    return 0;
-  }
-  static constexpr uint64_t kExecutorBytes = 400 << 20;  // of the fake's 1 GiB
-  // Writes kN floats from `seed` to a buffer of `s`, copies them on the device to another
-  // and reads them back: what a tenant whose executor works sees.
-  void ExpectCopiesRight(Session& s, float seed) {
-    ASSERT_OK_AND_ASSIGN(Buffer in, s.Alloc(kN * 4));
-    ASSERT_OK_AND_ASSIGN(Buffer out, s.Alloc(kN * 4));
-    ASSERT_TRUE(s.WriteVector(in, Iota(kN, seed)).ok());
-    ASSERT_TRUE(s.Copy(View{&out}, View{&in}).ok());
-    ASSERT_OK_AND_ASSIGN(std::vector<float> got, s.ReadVector<float>(out, kN));
-    EXPECT_EQ(got, Iota(kN, seed));
+    });
   }
 
   FakeCuda fake_;
@@ -555,28 +525,7 @@ class FakeCudaExecutorTest : public DaemonFixture {
 // A tenant's executor holds a CUDA context of its own, which the device's memory counts
 // while it runs (--cuda_executor_bytes): past what the device has, a tenant's first session
 // is refused, and an executor that ends gives its share back.
-TEST_F(FakeCudaExecutorTest, AnExecutorsOwnContextIsCountedAgainstTheDevice) {
-  Client research = As("research-token"), prod = As("prod-token"), ops = As("ops-token");
-  const uint64_t total = CudaFreeMemory(research);
-  ASSERT_EQ(total, uint64_t{1} << 30);
-  ASSERT_OK_AND_ASSIGN(Session mine, research.OpenSession("cuda:0"));
-  EXPECT_EQ(CudaFreeMemory(research), total - kExecutorBytes);
-  ASSERT_OK_AND_ASSIGN(Session mine_too, research.OpenSession("cuda:0"));
-  EXPECT_EQ(CudaFreeMemory(research), total - kExecutorBytes) << "one executor, one context, per tenant";
-  ASSERT_OK_AND_ASSIGN(Session theirs, prod.OpenSession("cuda:0"));
-  EXPECT_EQ(CudaFreeMemory(research), total - 2 * kExecutorBytes);
-  absl::StatusOr<Session> refused = ops.OpenSession("cuda:0");
-  EXPECT_EQ(refused.status().code(), absl::StatusCode::kResourceExhausted) << refused.status();
-  EXPECT_THAT(std::string(refused.status().message()), HasSubstr("an executor for tenant ops needs"));
-  ExpectCopiesRight(theirs, 1);
-  // research's last session closes: its executor ends, and ops's fits.
-  EXPECT_TRUE(mine_too.Close().ok());
-  EXPECT_EQ(CudaFreeMemory(research), total - 2 * kExecutorBytes);
-  EXPECT_TRUE(mine.Close().ok());
-  EXPECT_EQ(CudaFreeMemory(research), total - kExecutorBytes);
-  ASSERT_OK_AND_ASSIGN(Session ours, ops.OpenSession("cuda:0"));
-  ExpectCopiesRight(ours, 2);
-}
+TEST_F(FakeCudaExecutorTest, AnExecutorsOwnContextIsCountedAgainstTheDevice) { CheckAnExecutorsOwnStateIsCounted(); }
 
 // An executor that cannot load the CUDA driver (here: the daemon started without the
 // fake on its LD_LIBRARY_PATH, which its CUDA executors inherit) says why: the session

@@ -22,6 +22,7 @@
 #include "drivers/hip/hip_driver.h"
 #include "drivers/hip/hip_library.h"
 #include "tests/integration/daemon_fixture.h"
+#include "tests/support/fake_gpu_executors.h"
 #include "tests/support/fake_hip/fake_hip.h"
 #include "tests/support/copy_graphs.h"
 #include "tests/support/graph_def.h"
@@ -664,48 +665,17 @@ INSTANTIATE_TEST_SUITE_P(Policies, FakeHipFaultTest,
 // In executors (the default), a kernel fault ends only its tenant's executor: the fake in
 // that process faults, while the daemon's process, the other tenant's executor and the
 // tenant's next executor each have HIP state of their own.
-class FakeHipExecutorTest : public DaemonFixture {
+class FakeHipExecutorTest : public FakeGpuExecutorFixture {
  protected:
   void SetUp() override {
     absl::StatusOr<FakeHip> fake = FindFake();
     if (!fake.ok()) GTEST_SKIP() << fake.status().message();
     fake_ = *fake;
     fake_.reset();
-    const std::filesystem::path file = cache_.path() / "tenants.textproto";
-    std::ofstream(file) << TenantText("research", "research-token", "") << TenantText("prod", "prod-token", "")
-                        << TenantText("ops", "ops-token", "");
-    Options options;
-    options.tenants_file = file;
-    options.adjust = [](DaemonOptions& d) {
+    StartDaemon("hip:0", [](DaemonOptions& d) {
       d.devices = {"cpu", "hip"};
-      d.tenant_defaults.isolation = Isolation::kProcess;
       d.hip_executor_bytes = kExecutorBytes;
-    };
-    Start(options);
-  }
-  Client As(const std::string& token) {
-    ClientOptions o;
-    o.token = token;
-    return Client::Connect(daemon_->address(), o);
-  }
-  uint64_t HipFreeMemory(Client& c) {
-    absl::StatusOr<std::vector<v1::Device>> devices = c.ListDevices();
-    EXPECT_TRUE(devices.ok()) << devices.status();
-    for (const v1::Device& d : devices.ok() ? *devices : std::vector<v1::Device>())
-      if (d.id() == "hip:0") return d.free_memory();
-    ADD_FAILURE() << "hip:0 is not listed";
-    return 0;
-  }
-  static constexpr uint64_t kExecutorBytes = 400 << 20;  // of the fake's 1 GiB
-  // Writes kN floats from `seed` to a buffer of `s`, copies them on the device to another
-  // and reads them back: what a tenant whose executor works sees.
-  void ExpectCopiesRight(Session& s, float seed) {
-    ASSERT_OK_AND_ASSIGN(Buffer in, s.Alloc(kN * 4));
-    ASSERT_OK_AND_ASSIGN(Buffer out, s.Alloc(kN * 4));
-    ASSERT_TRUE(s.WriteVector(in, Iota(kN, seed)).ok());
-    ASSERT_TRUE(s.Copy(View{&out}, View{&in}).ok());
-    ASSERT_OK_AND_ASSIGN(std::vector<float> got, s.ReadVector<float>(out, kN));
-    EXPECT_EQ(got, Iota(kN, seed));
+    });
   }
 
   FakeHip fake_;
@@ -714,26 +684,7 @@ class FakeHipExecutorTest : public DaemonFixture {
 // A tenant's executor holds HIP runtime state of its own, which the device's memory
 // counts while it runs (--hip_executor_bytes): past what the device has, a tenant's first
 // session is refused, and an executor that ends gives its share back.
-TEST_F(FakeHipExecutorTest, AnExecutorsOwnStateIsCountedAgainstTheDevice) {
-  Client research = As("research-token"), prod = As("prod-token"), ops = As("ops-token");
-  const uint64_t total = HipFreeMemory(research);
-  ASSERT_EQ(total, uint64_t{1} << 30);
-  ASSERT_OK_AND_ASSIGN(Session mine, research.OpenSession("hip:0"));
-  EXPECT_EQ(HipFreeMemory(research), total - kExecutorBytes);
-  ASSERT_OK_AND_ASSIGN(Session mine_too, research.OpenSession("hip:0"));
-  EXPECT_EQ(HipFreeMemory(research), total - kExecutorBytes) << "one executor per tenant";
-  ASSERT_OK_AND_ASSIGN(Session theirs, prod.OpenSession("hip:0"));
-  EXPECT_EQ(HipFreeMemory(research), total - 2 * kExecutorBytes);
-  absl::StatusOr<Session> refused = ops.OpenSession("hip:0");
-  EXPECT_EQ(refused.status().code(), absl::StatusCode::kResourceExhausted) << refused.status();
-  EXPECT_THAT(std::string(refused.status().message()), HasSubstr("an executor for tenant ops needs"));
-  ExpectCopiesRight(theirs, 1);
-  EXPECT_TRUE(mine_too.Close().ok());
-  EXPECT_TRUE(mine.Close().ok());
-  EXPECT_EQ(HipFreeMemory(research), total - kExecutorBytes);
-  ASSERT_OK_AND_ASSIGN(Session ours, ops.OpenSession("hip:0"));
-  ExpectCopiesRight(ours, 2);
-}
+TEST_F(FakeHipExecutorTest, AnExecutorsOwnStateIsCountedAgainstTheDevice) { CheckAnExecutorsOwnStateIsCounted(); }
 
 // An executor without the fake (here: the daemon started without it on its
 // LD_LIBRARY_PATH, which its HIP executors inherit, so they load Debian's runtime, whose
