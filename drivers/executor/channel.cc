@@ -146,7 +146,9 @@ absl::Status SendFd(int socket, int fd) {
   cmsg->cmsg_type = SCM_RIGHTS;
   cmsg->cmsg_len = CMSG_LEN(sizeof(int));
   std::memcpy(CMSG_DATA(cmsg), &fd, sizeof(int));
-  if (sendmsg(socket, &m.msg, MSG_NOSIGNAL) != 1) return Errno("sendmsg");
+  // Never blocks: the daemon passes one descriptor at a time and waits for the command
+  // that takes it, so a full socket means an executor that does not take them.
+  if (sendmsg(socket, &m.msg, MSG_NOSIGNAL | MSG_DONTWAIT) != 1) return Errno("sendmsg");
   return absl::OkStatus();
 }
 

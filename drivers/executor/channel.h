@@ -145,7 +145,8 @@ absl::StatusOr<uint64_t> Channel::AwaitRequest(Stop stop) {
 }
 
 // Passes descriptor `fd` over the unix socket `socket` (SCM_RIGHTS); the receiver gets a
-// descriptor of its own for the same file.
+// descriptor of its own for the same file. SendFd fails rather than wait when the socket
+// is full (a receiver that takes none).
 absl::Status SendFd(int socket, int fd);
 absl::StatusOr<int> ReceiveFd(int socket);
 

@@ -144,5 +144,24 @@ TEST(ChannelTest, AChannelPassedOverASocketIsTheSameChannel) {
   close(sockets[1]);
 }
 
+// A receiver that takes no descriptors cannot hold the sender up: once the socket is full,
+// SendFd fails at once.
+TEST(ChannelTest, SendingToAReceiverThatTakesNothingFailsRatherThanWaits) {
+  int sockets[2];
+  ASSERT_EQ(socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sockets), 0);
+  ASSERT_OK_AND_ASSIGN(Channel daemon, Channel::Create());
+  absl::Status sent = absl::OkStatus();
+  int n = 0;
+  const absl::Time start = absl::Now();
+  while (sent.ok() && n < 100000) {
+    sent = SendFd(sockets[0], daemon.fd());
+    ++n;
+  }
+  EXPECT_FALSE(sent.ok()) << "after " << n << " descriptors";
+  EXPECT_LT(absl::Now() - start, absl::Seconds(30));
+  close(sockets[0]);
+  close(sockets[1]);
+}
+
 }  // namespace
 }  // namespace replayd::executor
