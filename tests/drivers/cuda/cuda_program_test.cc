@@ -4,6 +4,8 @@
 
 #include <elf.h>
 #include <gmock/gmock.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 #include <cstddef>
 
@@ -11,6 +13,7 @@
 #include "drivers/cuda/cuda_driver.h"
 #include "drivers/elf_image.h"
 #include "tests/drivers/cuda/nvrtc_fixture.h"
+#include "tests/support/status_macros.h"
 
 namespace replayd {
 namespace {
@@ -169,6 +172,35 @@ TEST(CudaDriverTest, FindsTheDevicesOrSaysWhyNot) {
     EXPECT_THAT(info.formats, ::testing::Contains("cuda-ptx"));
     EXPECT_EQ(devices[i]->memory_in_use(), 0u);
   }
+}
+
+// On a GPU (tests/gpu/run.sh): an executor pins its channel's data area, a memfd's shared
+// mapping, with cuMemHostRegister; the driver must take such memory, and transfers from and
+// into it must be right. Where it refused, transfers would be staged without a word.
+TEST(CudaDriverTest, AMemfdMappingLikeAChannelsDataAreaIsPinnedAndCarriesTransfers) {
+  CudaDriver driver({});
+  std::vector<std::unique_ptr<Device>> devices = driver.Discover();
+  if (devices.empty()) GTEST_SKIP() << "no CUDA device: " << driver.unavailable();
+  constexpr size_t kBytes = 4 << 20;
+  const int fd = memfd_create("cuda-pin-test", MFD_CLOEXEC);
+  ASSERT_GE(fd, 0);
+  ASSERT_EQ(ftruncate(fd, kBytes), 0);
+  void* p = mmap(nullptr, kBytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  close(fd);
+  ASSERT_NE(p, MAP_FAILED);
+  const std::span<uint8_t> area(static_cast<uint8_t*>(p), kBytes);
+  {
+    ASSERT_OK_AND_ASSIGN(std::unique_ptr<Context> c, devices[0]->OpenContext({"test"}));
+    ASSERT_OK(c->PinHost(area));
+    ASSERT_OK_AND_ASSIGN(Allocation a, c->Allocate(kBytes / 2));
+    for (size_t i = 0; i < kBytes / 2; ++i) area[i] = static_cast<uint8_t>(i * 7 + i / 4096);
+    ASSERT_OK(c->Write(a, 0, area.first(kBytes / 2)));
+    ASSERT_OK(c->Read(a, 0, area.subspan(kBytes / 2)));
+    for (size_t i = 0; i < kBytes / 2; i += 1 + i / 64)
+      ASSERT_EQ(area[kBytes / 2 + i], static_cast<uint8_t>(i * 7 + i / 4096)) << i;
+    c->Free(a);
+  }
+  munmap(p, kBytes);
 }
 
 TEST(CudaContextPolicyTest, ParsesTheTwoPolicies) {
