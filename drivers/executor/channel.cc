@@ -67,7 +67,8 @@ Channel::Channel(int fd, uint8_t* base) : fd_(fd), base_(base), spins_(SpinsHere
 }
 
 Channel::Channel(Channel&& other) noexcept
-    : fd_(other.fd_), base_(other.base_), spins_(other.spins_), posted_(other.posted_), taken_(other.taken_) {
+    : fd_(other.fd_), base_(other.base_), spins_(other.spins_), posted_(other.posted_), taken_(other.taken_),
+      wake_calls_(other.wake_calls_) {
   other.fd_ = -1;
   other.base_ = nullptr;
 }
@@ -114,9 +115,17 @@ bool Channel::WaitChange(std::atomic<uint32_t>& word, uint32_t seen, absl::Durat
 
 void Channel::Publish(std::atomic<uint32_t>& word, uint32_t seq, std::atomic<uint64_t>& wanted) {
   word.store(seq, std::memory_order_seq_cst);
-  const uint64_t w = wanted.load(std::memory_order_seq_cst);
-  if ((w & kSleeping) != 0 && static_cast<int32_t>(seq - static_cast<uint32_t>(w)) >= 0)
-    syscall(SYS_futex, reinterpret_cast<uint32_t*>(&word), FUTEX_WAKE, 1, nullptr, nullptr, 0);
+  uint64_t w = wanted.load(std::memory_order_seq_cst);
+  // The poster that wakes the sleeper also clears what it sleeps for, so that the posts
+  // made before it has run (a replay posted behind another) make no wake-up call of their
+  // own. A sleeper that changed it meanwhile is looked at again.
+  while ((w & kSleeping) != 0 && static_cast<int32_t>(seq - static_cast<uint32_t>(w)) >= 0) {
+    if (wanted.compare_exchange_weak(w, 0, std::memory_order_seq_cst)) {
+      syscall(SYS_futex, reinterpret_cast<uint32_t*>(&word), FUTEX_WAKE, 1, nullptr, nullptr, 0);
+      ++wake_calls_;
+      return;
+    }
+  }
 }
 
 namespace {

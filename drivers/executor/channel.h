@@ -18,7 +18,8 @@
 // of a small VM costs tens of microseconds). A sleeper says which number it sleeps for,
 // and a poster wakes it only once that number has come: the executor busy with a launch
 // is not woken for the read posted behind it, nor the daemon for a launch's reply when
-// it sleeps for the read's.
+// it sleeps for the read's. The poster that wakes it clears that number, so what is
+// posted before the sleeper has run makes no wake-up call of its own.
 // Neither side trusts the other's lengths: every length is checked against its area.
 //
 // Thread safety: one thread at a time per side.
@@ -80,6 +81,9 @@ class Channel {
 
   std::span<uint8_t> data() { return {base_ + kHeaderBytes + 2 * kSlots * kSlotBytes, kDataBytes}; }
 
+  // The wake-up system calls this end has made, posting.
+  uint64_t wake_calls() const { return wake_calls_; }
+
  private:
   static constexpr uint64_t kHeaderBytes = 4096;
   static constexpr uint64_t kTotalBytes = kHeaderBytes + 2 * kSlots * kSlotBytes + kDataBytes;
@@ -105,7 +109,7 @@ class Channel {
   static bool WaitChange(std::atomic<uint32_t>& word, uint32_t seen, absl::Duration timeout, int spins,
                          std::atomic<uint64_t>& wanted, uint32_t want);
   // Stores `seq` in `word` and wakes its sleeper if it sleeps for `seq` or an earlier number.
-  static void Publish(std::atomic<uint32_t>& word, uint32_t seq, std::atomic<uint64_t>& wanted);
+  void Publish(std::atomic<uint32_t>& word, uint32_t seq, std::atomic<uint64_t>& wanted);
   // `bytes` when at most `limit`, else DATA_LOSS.
   static absl::StatusOr<uint64_t> MessageLength(uint64_t bytes, uint64_t limit);
 
@@ -116,6 +120,7 @@ class Channel {
   // channel is fresh when attached, so the first request may already be posted by then.
   uint32_t posted_ = 0;
   uint32_t taken_ = 0;
+  uint64_t wake_calls_ = 0;
 };
 
 template <typename Stop>

@@ -89,6 +89,28 @@ TEST(ChannelTest, RequestsInFlightAreTakenAndAnsweredInOrder) {
 }
 
 // A request longer than a slot's area travels in the data area, whole.
+// Requests posted while the executor sleeps wake it once: the first clears what it sleeps
+// for, and the ones posted before it has run make no wake-up call.
+TEST(ChannelTest, RequestsPostedToASleepingExecutorWakeItOnce) {
+  ASSERT_OK_AND_ASSIGN(Channel daemon, Channel::Create());
+  ASSERT_OK_AND_ASSIGN(Channel executor, OtherEnd(daemon));
+  std::thread serving([&] {
+    for (int i = 0; i < 3; ++i) {
+      absl::StatusOr<uint64_t> n = executor.AwaitRequest([] { return false; });
+      ASSERT_TRUE(n.ok()) << n.status();
+      executor.PostReply(0);
+    }
+  });
+  absl::SleepFor(absl::Milliseconds(200));  // past any spin: the executor sleeps for request 1
+  uint32_t last = 0;
+  for (int i = 0; i < 3; ++i) last = PostText(daemon, "launch " + std::to_string(i));
+  EXPECT_EQ(daemon.wake_calls(), 1u);
+  ASSERT_OK(daemon.AwaitReply(last, absl::Now() + absl::Seconds(10), [] { return false; }).status());
+  serving.join();
+  // The daemon slept for the last reply at most once, so at most one wake-up came back.
+  EXPECT_LE(executor.wake_calls(), 1u);
+}
+
 TEST(ChannelTest, ARequestLongerThanItsSlotTravelsInTheDataArea) {
   ASSERT_OK_AND_ASSIGN(Channel daemon, Channel::Create());
   ASSERT_OK_AND_ASSIGN(Channel executor, OtherEnd(daemon));
