@@ -254,7 +254,12 @@ DaemonMetrics::DaemonMetrics(const Engine& engine, std::vector<const executor::E
           "executor processes that ended before their tenant's last session closed, by cause: signal (a crash or "
           "a kill), exit, timeout (a command past its time limit), failure (of its channel) or device_lost (a CUDA "
           "sticky error)",
-          DeviceTenantAnd("cause"))) {
+          DeviceTenantAnd("cause"))),
+      shared_buffers_(registry_.AddGauge("replayd_executor_shared_buffers",
+                                         "CPU buffers mapped in the daemon and in their executor now (shared "
+                                         "buffers, of 64 KiB or more); past the device's budget, buffers are "
+                                         "executors' own",
+                                         {"device"})) {
   for (const DeviceStatus& d : engine_.ListDevices()) device_ids_.push_back(d.info->id);
   registry_.AddCollector([this] { Collect(); });
 }
@@ -335,6 +340,7 @@ void DaemonMetrics::Collect() {
 
   for (const executor::ExecutorDevice* device : executors_) {
     const std::string& id = device->info().id;
+    shared_buffers_.With({id}).Set(static_cast<double>(device->shared_buffers()));
     for (const auto& [tenant, counts] : device->executor_counts()) {
       executors_started_.With({id, tenant}).Set(static_cast<double>(counts.started));
       for (size_t i = 0; i < executor::kExecutorDeathCount; ++i)

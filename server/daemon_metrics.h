@@ -132,6 +132,7 @@ class DaemonMetrics {
   Family<Counter>& artifact_evictions_;
   Family<Counter>& executors_started_;
   Family<Counter>& executors_died_;
+  Family<Gauge>& shared_buffers_;
 
   absl::Mutex mu_;
   absl::flat_hash_map<std::pair<std::string, std::string>, std::unique_ptr<OperationMetrics>> operations_

@@ -241,6 +241,8 @@ class ExecutorDevice : public Device {
   std::shared_ptr<Executor> ExecutorOf(absl::string_view tenant) const;
   // Executors started and died, by tenant.
   std::map<std::string, ExecutorCounts> executor_counts() const;
+  // The shared buffers the device's contexts hold now (ExecutorOptions::shared_buffers_from).
+  int64_t shared_buffers() const { return options_.max_shared_buffers - shared_buffers_.left(); }
 
  private:
   struct Entry {

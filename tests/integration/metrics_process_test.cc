@@ -292,6 +292,25 @@ TEST_F(MetricsProcessTest, PrometheusReadsBackTheWorkDone) {
   EXPECT_EQ(daemon_->Stop(), 0);
 }
 
+// A CPU buffer of 64 KiB or more is mapped in the daemon and in its executor while it lives.
+TEST_F(MetricsProcessTest, SharedBuffersAreCountedWhileTheyLive) {
+  const std::string none = R"(replayd_executor_shared_buffers{device="cpu:0"} 0)";
+  const std::string one = R"(replayd_executor_shared_buffers{device="cpu:0"} 1)";
+  Client alice = Connect("alice-token");
+  ASSERT_OK_AND_ASSIGN(Session session, alice.OpenSession("cpu:0"));
+  EXPECT_TRUE(absl::StrContains(Scrape(), none)) << Scrape();
+  {
+    ASSERT_OK_AND_ASSIGN(Buffer big, session.Alloc(1 << 20));
+    ASSERT_OK_AND_ASSIGN(Buffer small, session.Alloc(4096));
+    EXPECT_TRUE(absl::StrContains(Scrape(), one)) << Scrape();
+    ASSERT_OK(session.WriteVector(big, std::vector<float>(1 << 18, 2.5f)));
+    ASSERT_OK_AND_ASSIGN(std::vector<float> back, session.ReadVector<float>(big, 1 << 18));
+    EXPECT_EQ(back, std::vector<float>(1 << 18, 2.5f));
+  }
+  EXPECT_TRUE(absl::StrContains(Scrape(), none)) << Scrape();
+  EXPECT_EQ(daemon_->Stop(), 0);
+}
+
 TEST_F(MetricsProcessTest, OnlyMetricsIsServed) {
   httplib::Client http("127.0.0.1", metrics_port_);
   httplib::Result other = http.Get("/");
