@@ -2,8 +2,9 @@
 // shrinking and growing before the executor sees it, and mapped here; the executor maps
 // the same memfd as an allocation of its context (Context::AllocateShared). Transfers then
 // copy straight between the daemon's requests and the buffer, with no trip through the
-// channel. The seals are why the daemon may touch it: whatever the executor does with its
-// own mapping or the descriptor, no page of this mapping can go away (SIGBUS).
+// channel. The seals are why the daemon may touch it: the file cannot shrink, so whatever
+// the executor does with its own mapping, no access through this one faults (SIGBUS); at
+// worst the tenant's own bytes read back as zeros.
 //
 // Each buffer is one mapping of the daemon's, and a process may hold some 65,000: a
 // SharedBufferBudget caps how many a device's contexts hold, and past it a buffer is the
