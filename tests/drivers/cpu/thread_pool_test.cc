@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <chrono>
 #include <thread>
 #include <vector>
 
@@ -25,15 +26,20 @@ TEST(ThreadPoolTest, WorksWithoutWorkers) {
   EXPECT_EQ(sum, 4950u);
 }
 
+// Each invocation stays until a second thread is inside too, so a pool that runs its
+// worker is seen to however late the worker wakes (a sanitized build on a loaded machine
+// took over 150 ms); one that never does fails after the deadline.
 TEST(ThreadPoolTest, UsesWorkerThreads) {
   ThreadPool pool(2);
   std::atomic<int> inside{0}, peak{0};
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
   pool.ParallelFor(3, [&](uint64_t) {
     int now = ++inside;
     int p = peak.load();
     while (now > p && !peak.compare_exchange_weak(p, now)) {
     }
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    while (peak.load() < 2 && std::chrono::steady_clock::now() < deadline)
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
     --inside;
   });
   EXPECT_GE(peak, 2);
