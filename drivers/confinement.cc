@@ -8,6 +8,7 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 
@@ -64,14 +65,22 @@ absl::Status Allow(int ruleset, const std::filesystem::path& path, uint64_t acce
 
 }  // namespace
 
-absl::Status LimitProcess(uint64_t address_space) {
+absl::Status LimitProcess(uint64_t address_space, uint64_t max_address_space) {
   if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0) return Errno("no_new_privs");
   const struct rlimit no_core = {0, 0};
   if (setrlimit(RLIMIT_CORE, &no_core) != 0) return Errno("RLIMIT_CORE");
   if (address_space > 0) {
-    const struct rlimit as = {address_space, address_space};
+    const struct rlimit as = {address_space, std::max(address_space, max_address_space)};
     if (setrlimit(RLIMIT_AS, &as) != 0) return Errno("RLIMIT_AS");
   }
+  return absl::OkStatus();
+}
+
+absl::Status SetAddressSpaceOf(pid_t pid, uint64_t bytes) {
+  struct rlimit now;
+  if (prlimit(pid, RLIMIT_AS, nullptr, &now) != 0) return Errno("RLIMIT_AS of the process");
+  const struct rlimit as = {bytes, now.rlim_max};
+  if (prlimit(pid, RLIMIT_AS, &as, nullptr) != 0) return Errno(absl::StrCat("RLIMIT_AS of the process to ", bytes));
   return absl::OkStatus();
 }
 

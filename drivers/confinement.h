@@ -8,6 +8,8 @@
 #ifndef REPLAYD_DRIVERS_CONFINEMENT_H_
 #define REPLAYD_DRIVERS_CONFINEMENT_H_
 
+#include <sys/types.h>
+
 #include <cstdint>
 #include <filesystem>
 #include <vector>
@@ -30,9 +32,17 @@ struct FileAccess {
 };
 
 // No new privileges (set-user-ID programs run as the caller), no core files, and an
-// address space of at most `address_space` bytes (0 leaves it unlimited). INTERNAL
-// naming the step that failed.
-absl::Status LimitProcess(uint64_t address_space);
+// address space of at most `address_space` bytes (0 leaves it unlimited). The hard
+// limit is `max_address_space` (at least `address_space`; 0: `address_space` itself):
+// a process whose system calls allow it may raise its own limit that far, and its
+// parent may move the limit within it (SetAddressSpaceOf). INTERNAL naming the step
+// that failed.
+absl::Status LimitProcess(uint64_t address_space, uint64_t max_address_space = 0);
+
+// Sets the address-space limit of process `pid` (of the same user) to `bytes`, within
+// its hard limit. INTERNAL with the reason when the kernel refuses (the process gone,
+// `bytes` past its hard limit).
+absl::Status SetAddressSpaceOf(pid_t pid, uint64_t bytes);
 
 // Restricts file access to `access` with Landlock. True when confined; false when this
 // kernel has no Landlock (nothing is restricted); INTERNAL naming the path or the step

@@ -218,6 +218,10 @@ struct ContextOptions {
   // Longest one command of the context (a launch, a graph replay, a transfer) may run in
   // a process of its own before the process is ended; zero: the device's default.
   absl::Duration max_launch = absl::ZeroDuration();
+  // Bytes of memory the tenant may hold on all devices together (its memory_bytes quota;
+  // 0: no quota). A cpu context in a process of its own: the process's address space is
+  // limited to it (ExecutorOptions::address_space_margin).
+  uint64_t memory_quota = 0;
 };
 
 class Device {

@@ -78,7 +78,8 @@ absl::StatusOr<std::shared_ptr<DeviceSession>> Engine::OpenSession(absl::string_
   }
   if (absl::Status s = account->Reserve(Resource::kSessions, 1); !s.ok()) return s;
   Reservation reserved(account, Resource::kSessions, 1);
-  absl::StatusOr<std::unique_ptr<Context>> context = found->OpenContext({std::string(tenant), limits.isolation, limits.max_launch});
+  absl::StatusOr<std::unique_ptr<Context>> context = found->OpenContext(
+      {std::string(tenant), limits.isolation, limits.max_launch, limits.quotas[static_cast<size_t>(Resource::kMemory)]});
   if (!context.ok()) return context.status();
   auto accounted = std::make_shared<AccountedContext>(std::move(*context), account);
   Scheduler* scheduler = schedulers_[index].get();

@@ -116,6 +116,9 @@ absl::StatusOr<std::unique_ptr<Device>> WithExecutors(std::unique_ptr<Device> de
     // takes from the heap) live in memory the daemon maps too, so their transfers are one
     // copy; smaller ones cross the channel, where a few KiB cost no more.
     executor.shared_buffers_from = 64 << 10;
+    // Its address space: what its tenant may hold here, and 4 GiB for the program, its
+    // threads' stacks and the artifacts it loads.
+    executor.address_space_margin = uint64_t{4} << 30;
   } else {
     DescribeGpuExecutor(*device, options, executor);
   }

@@ -14,10 +14,17 @@
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
+#include "drivers/confinement.h"
 #include "drivers/executor/wire.h"
 
 namespace replayd::executor {
 namespace {
+
+// The answer of a command posted behind one without wait that failed (as a GPU reports
+// an asynchronous error at the next call).
+absl::Status EarlierFailed(const absl::Status& earlier) {
+  return absl::Status(earlier.code(), absl::StrCat("an earlier command without wait failed: ", earlier.message()));
+}
 
 std::atomic<uint64_t> next_address_space{uint64_t{1} << 32};
 
@@ -374,7 +381,8 @@ const char* ExecutorDeathName(ExecutorDeath death) {
 
 absl::StatusOr<std::shared_ptr<Executor>> Executor::Start(const ExecutorOptions& options, std::string tenant,
                                                           std::string device, DeviceMemory& memory,
-                                                          std::function<void(ExecutorDeath)> died) {
+                                                          std::function<void(ExecutorDeath)> died,
+                                                          uint64_t address_space) {
   if (access(options.binary.c_str(), X_OK) != 0)
     return absl::InternalError(absl::StrCat("executor program ", options.binary.string(), " cannot be run: ",
                                             std::strerror(errno)));
@@ -385,6 +393,10 @@ absl::StatusOr<std::shared_ptr<Executor>> Executor::Start(const ExecutorOptions&
     return absl::InternalError(absl::StrCat("executor socket: ", std::strerror(errno)));
   std::vector<std::string> args = {options.binary.string(), "--fd=3", "--socket=4"};
   args.insert(args.end(), options.device_args.begin(), options.device_args.end());
+  if (address_space > 0) {
+    args.push_back(absl::StrCat("--address_space=", address_space));
+    args.push_back(absl::StrCat("--max_address_space=", memory.total() + options.address_space_margin));
+  }
   std::vector<char*> argv;
   for (std::string& a : args) argv.push_back(a.data());
   argv.push_back(nullptr);
@@ -417,9 +429,12 @@ absl::StatusOr<std::shared_ptr<Executor>> Executor::Start(const ExecutorOptions&
     close(sockets[0]);
     return absl::InternalError(absl::StrCat("cannot start executor ", options.binary.string(), ": ", std::strerror(err)));
   }
-  return std::shared_ptr<Executor>(
+  auto executor = std::shared_ptr<Executor>(
       new Executor(options, std::move(tenant), std::move(device), memory, *std::move(control), sockets[0], pid,
                    std::move(died)));
+  absl::MutexLock lock(&executor->limit_mu_);
+  executor->address_space_limit_ = address_space;
+  return executor;
 }
 
 Executor::Executor(const ExecutorOptions& options, std::string tenant, std::string device, DeviceMemory& memory,
@@ -448,6 +463,14 @@ void Executor::Stop() {
 
 void Executor::set_command_timeout(absl::Duration timeout) {
   command_timeout_ns_.store(absl::ToInt64Nanoseconds(timeout), std::memory_order_relaxed);
+}
+
+absl::Status Executor::set_address_space(uint64_t bytes) {
+  absl::MutexLock lock(&limit_mu_);
+  if (bytes == address_space_limit_) return absl::OkStatus();
+  if (absl::Status s = SetAddressSpaceOf(pid_, bytes); !s.ok()) return s;
+  address_space_limit_ = bytes;
+  return absl::OkStatus();
 }
 
 absl::Status Executor::health() const {
@@ -535,7 +558,7 @@ absl::StatusOr<Reply> Executor::Call(Link& link, Request& request, absl::string_
   if (!health().ok()) return health();
   absl::Status own = Await(link);
   if (!earlier.ok())
-    return absl::Status(earlier.code(), absl::StrCat("an earlier command without wait failed: ", earlier.message()));
+    return EarlierFailed(earlier);
   if (!own.ok()) return own;
   if (!out.empty()) std::memcpy(out.data(), link.channel.data().data(), out.size());
   return link.reply;
@@ -569,7 +592,7 @@ absl::Status Executor::DrainLocked(Link& link) {
   absl::Status earlier = Collect(link, 0);
   if (absl::Status s = health(); !s.ok()) return s;
   if (!earlier.ok())
-    return absl::Status(earlier.code(), absl::StrCat("an earlier command without wait failed: ", earlier.message()));
+    return EarlierFailed(earlier);
   return absl::OkStatus();
 }
 
@@ -607,7 +630,7 @@ absl::Status Executor::Send(Link& link, Request& request, absl::string_view what
   }
   if (absl::Status s = health(); !s.ok()) return s;
   if (!earlier.ok() && !after_all)
-    return absl::Status(earlier.code(), absl::StrCat("an earlier command without wait failed: ", earlier.message()));
+    return EarlierFailed(earlier);
   Channel& channel = link.channel;
   if (const uint64_t epoch = link.failures.load(std::memory_order_relaxed); epoch != request.epoch()) {
     request.set_epoch(epoch);
@@ -756,8 +779,8 @@ absl::StatusOr<std::unique_ptr<Context>> ExecutorDevice::OpenContext(const Conte
         absl::MutexLock counts(&counts_mu_);
         ++counts_[tenant].died[static_cast<size_t>(death)];
       };
-      absl::StatusOr<std::shared_ptr<Executor>> started =
-          Executor::Start(options_, std::string(tenant), inner_->info().id, memory_, std::move(died));
+      absl::StatusOr<std::shared_ptr<Executor>> started = Executor::Start(
+          options_, std::string(tenant), inner_->info().id, memory_, std::move(died), AddressSpaceFor(options.memory_quota));
       if (!started.ok()) return started.status();
       if (options_.own_bytes > 0)
         if (absl::Status s = (*started)->Reserve(options_.own_bytes); !s.ok())
@@ -775,6 +798,14 @@ absl::StatusOr<std::unique_ptr<Context>> ExecutorDevice::OpenContext(const Conte
     ++it->second.contexts;
   }
   executor->set_command_timeout(timeout);
+  // The tenant's quota may have changed since its executor started (a reloaded tenants
+  // file); a process that has just ended is not an error here: opening finds it gone.
+  if (const uint64_t limit = AddressSpaceFor(options.memory_quota); limit > 0)
+    if (absl::Status s = executor->set_address_space(limit); !s.ok() && !executor->Reap()) {
+      ContextClosed(std::string(tenant), executor.get());
+      return absl::InternalError(
+          absl::StrCat("cannot limit the address space of the executor of tenant ", tenant, ": ", s.message()));
+    }
   auto closed = [this, tenant = std::string(tenant), e = executor.get()] { ContextClosed(tenant, e); };
   absl::StatusOr<std::shared_ptr<Executor::Link>> link = executor->OpenContext();
   if (!link.ok()) {
@@ -783,6 +814,12 @@ absl::StatusOr<std::unique_ptr<Context>> ExecutorDevice::OpenContext(const Conte
   }
   return std::make_unique<ExecutorContext>(std::move(executor), *std::move(link), std::move(closed),
                                            options_.shared_buffers_from, shared_buffers_);
+}
+
+uint64_t ExecutorDevice::AddressSpaceFor(uint64_t memory_quota) const {
+  if (options_.address_space_margin == 0) return 0;
+  const uint64_t total = memory_.total();
+  return (memory_quota > 0 ? std::min(memory_quota, total) : total) + options_.address_space_margin;
 }
 
 void ExecutorDevice::ContextClosed(const std::string& tenant, const Executor* executor) {

@@ -61,6 +61,13 @@ struct ExecutorOptions {
   // How many such buffers the device's contexts may hold at once; past it a buffer is the
   // executor's own.
   int64_t max_shared_buffers = 8192;
+  // For a device whose kernels run on the host (cpu), the room an executor has beyond
+  // its tenant's memory: its address space is limited to the memory the tenant may hold
+  // on the device (the device's memory, or the tenant's memory quota where that is less;
+  // ContextOptions::memory_quota) plus this margin, for the program, its threads'
+  // stacks and the artifacts it loads. 0 sets no limit (a GPU executor: its driver
+  // reserves address space far beyond any memory).
+  uint64_t address_space_margin = 0;
 };
 
 // Why an executor ended before its tenant's last context closed, as a few kinds (for the
@@ -115,9 +122,13 @@ class Executor {
   // started (the binary missing, no memory for the channel). `died`, if given, is told
   // once, should the executor end before Stop (called under the executor's lock: it must
   // not call back into it).
+  // With `address_space` (bytes, > 0) its address space is limited to that, and may
+  // later be moved (set_address_space) up to the device's memory plus
+  // ExecutorOptions::address_space_margin.
   static absl::StatusOr<std::shared_ptr<Executor>> Start(const ExecutorOptions& options, std::string tenant,
                                                          std::string device, DeviceMemory& memory,
-                                                         std::function<void(ExecutorDeath)> died = nullptr);
+                                                         std::function<void(ExecutorDeath)> died = nullptr,
+                                                         uint64_t address_space = 0);
   // Kills the process if it still runs and gives back what it held.
   ~Executor();
   // The same, at once: for an executor whose last context closed.
@@ -169,6 +180,9 @@ class Executor {
   bool Reap() { return Reaped(""); }
   // The time limit of later commands (the tenant's policy may change while it runs).
   void set_command_timeout(absl::Duration timeout);
+  // Moves the limit of its address space (started with one) to `bytes`, within the one it
+  // was started with at most; INTERNAL when the kernel refuses (the process has ended).
+  absl::Status set_address_space(uint64_t bytes);
   // Distinct per executor: contexts of two executors never share device graphs.
   uint64_t address_space() const { return address_space_; }
 
@@ -207,6 +221,8 @@ class Executor {
   const int pidfd_;
   const uint64_t address_space_;
   const std::shared_ptr<Link> control_;
+  absl::Mutex limit_mu_;
+  uint64_t address_space_limit_ ABSL_GUARDED_BY(limit_mu_);  // bytes, as last set; 0: none
   const std::function<void(ExecutorDeath)> died_;
   absl::Mutex open_mu_;  // held from passing a descriptor to the command that takes it
   mutable absl::Mutex mu_;
@@ -256,6 +272,9 @@ class ExecutorDevice : public Device {
   // reaper then closes the tenant's sessions.
   void Supervise();
   void WakeSupervisor();
+  // The address-space limit of an executor whose tenant may hold `memory_quota` bytes
+  // (0: no quota); 0 where the device sets none.
+  uint64_t AddressSpaceFor(uint64_t memory_quota) const;
 
   const std::unique_ptr<Device> inner_;
   const ExecutorOptions options_;

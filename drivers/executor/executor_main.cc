@@ -5,12 +5,13 @@
 // its own and an empty environment (a GPU executor keeps the few variables that say where
 // the vendor's driver is and which devices are visible). Before it makes its device it
 // confines itself (drivers/executor/sandbox.h): a cpu executor reads artifacts from
-// --artifacts only and its address space is bounded by the device's memory and a margin;
-// a cuda or hip executor gets the no-new-privileges and limit steps. It ends when the
-// daemon does.
+// --artifacts only and its address space is bounded by --address_space (the memory its
+// tenant may hold on the device and a margin; the daemon moves it up to
+// --max_address_space as the tenant's quota changes); a cuda or hip executor gets the
+// no-new-privileges and limit steps. It ends when the daemon does.
 //
 //   replayd-executor --fd=3 --socket=4 --device=cpu --artifacts=DIR [--memory_limit=BYTES]
-//                    [--threads=N]
+//                    [--threads=N] [--address_space=BYTES [--max_address_space=BYTES]]
 //   replayd-executor --fd=3 --socket=4 --device=cuda --ordinal=N [--staging_bytes=BYTES]
 //   replayd-executor --fd=3 --socket=4 --device=hip --ordinal=N [--staging_bytes=BYTES]
 //                    [--device_graph=auto|graph|stream]
@@ -139,6 +140,10 @@ int main(int argc, char** argv) {
       sandbox.readable.emplace_back(v);
     } else if (const char* v = value("--memory_limit=")) {
       ok = absl::SimpleAtoi(v, &cpu.memory_limit);
+    } else if (const char* v = value("--address_space=")) {
+      ok = absl::SimpleAtoi(v, &sandbox.address_space);
+    } else if (const char* v = value("--max_address_space=")) {
+      ok = absl::SimpleAtoi(v, &sandbox.max_address_space);
     } else if (const char* v = value("--threads=")) {
       ok = absl::SimpleAtoi(v, &cpu.threads);
     } else if (const char* v = value("--ordinal=")) {
@@ -154,7 +159,8 @@ int main(int argc, char** argv) {
   }
   const bool gpu = device == "cuda" || device == "hip";
   if (fd < 0 || socket < 0 || (device != "cpu" && !gpu) || (gpu && ordinal < 0))
-    return Fail("usage: replayd-executor --fd=N --socket=N --device=cpu [--memory_limit=B] [--threads=N] | "
+    return Fail("usage: replayd-executor --fd=N --socket=N --device=cpu [--memory_limit=B] [--threads=N] "
+                "[--address_space=B [--max_address_space=B]] | "
                 "--device=cuda --ordinal=N [--staging_bytes=B] | --device=hip --ordinal=N [--staging_bytes=B] "
                 "[--device_graph=auto|graph|stream]");
 
@@ -168,8 +174,6 @@ int main(int argc, char** argv) {
   const struct sched_param batch = {};
   if (sched_setscheduler(0, SCHED_BATCH, &batch) != 0)
     std::fprintf(stderr, "replayd-executor: no batch scheduling: %s\n", std::strerror(errno));
-  // The device's memory, and room for the program, its threads' stacks and the artifacts.
-  if (cpu.memory_limit > 0) sandbox.address_space = cpu.memory_limit + (uint64_t{4} << 30);
   sandbox.host_kernels = !gpu;
   absl::StatusOr<replayd::executor::SandboxReport> confined = replayd::executor::Confine(sandbox);
   if (!confined.ok()) return Fail(std::string(confined.status().message()));

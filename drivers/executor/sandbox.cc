@@ -43,12 +43,14 @@ absl::Status ConfineSystemCalls() {
            // the loader reading an artifact (where Landlock lets it)
            SCMP_SYS(fstat), SCMP_SYS(newfstatat), SCMP_SYS(statx), SCMP_SYS(lseek), SCMP_SYS(pread64),
            SCMP_SYS(faccessat), SCMP_SYS(faccessat2), SCMP_SYS(access), SCMP_SYS(readlink), SCMP_SYS(getcwd),
-           SCMP_SYS(uname), SCMP_SYS(sysinfo), SCMP_SYS(prlimit64), SCMP_SYS(getrlimit)})
+           SCMP_SYS(uname), SCMP_SYS(sysinfo), SCMP_SYS(getrlimit)})
     allow(call);
   // Threads only: clone without CLONE_THREAD would be a new process.
   if (rc == 0)
     rc = seccomp_rule_add(ctx, SCMP_ACT_ALLOW, SCMP_SYS(clone), 1, SCMP_A0(SCMP_CMP_MASKED_EQ, CLONE_THREAD, CLONE_THREAD));
   if (rc == 0) rc = seccomp_rule_add(ctx, SCMP_ACT_ERRNO(ENOSYS), SCMP_SYS(clone3), 0);
+  // Limits are read, never set: the address-space limit is the daemon's to move.
+  if (rc == 0) rc = seccomp_rule_add(ctx, SCMP_ACT_ALLOW, SCMP_SYS(prlimit64), 1, SCMP_A2(SCMP_CMP_EQ, 0));
   // Files open read-only (Landlock decides which).
   if (rc == 0)
     rc = seccomp_rule_add(ctx, SCMP_ACT_ALLOW, SCMP_SYS(openat), 1,
@@ -66,7 +68,7 @@ absl::Status ConfineSystemCalls() {
 }  // namespace
 
 absl::StatusOr<SandboxReport> Confine(const SandboxOptions& options) {
-  if (absl::Status s = LimitProcess(options.address_space); !s.ok()) return SandboxError(s);
+  if (absl::Status s = LimitProcess(options.address_space, options.max_address_space); !s.ok()) return SandboxError(s);
   if (!options.host_kernels) return SandboxReport{};
   FileAccess files;
   files.readable = options.readable;

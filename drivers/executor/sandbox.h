@@ -3,14 +3,17 @@
 // starts later (the device's workers, each context's server) and every kernel it runs
 // inherits it.
 //
-// - no new privileges, no core files, an address space of at most `address_space` bytes;
+// - no new privileges, no core files, an address space of at most `address_space` bytes
+//   (which the daemon may move up to `max_address_space` as its tenant's quota changes;
+//   the executor itself may not);
 // - Landlock: files may only be read, and only beneath `readable` (the compile cache,
 //   where artifacts are) and the system's library directories (what a loaded artifact
 //   links against); nothing may be written, made or removed anywhere;
 // - seccomp: only the system calls the executor loop, its threads, the loader and
 //   compiled kernels need. Everything else (exec, fork, sockets, ptrace, signals to other
 //   processes, mounts, namespaces, ...) fails with EPERM; clone3 answers ENOSYS so that
-//   the C library falls back to clone, which is allowed only for threads.
+//   the C library falls back to clone, which is allowed only for threads; prlimit64 may
+//   read limits but not set them.
 //
 // The no-new-privileges, limit and Landlock steps are drivers/confinement.h's, shared with
 // the cpu-c compiler's cage. Landlock needs Linux 5.13 with it enabled; where it is
@@ -30,6 +33,7 @@ namespace replayd::executor {
 struct SandboxOptions {
   std::vector<std::filesystem::path> readable;  // beside the library directories
   uint64_t address_space = 0;                   // bytes; 0 leaves it unlimited
+  uint64_t max_address_space = 0;               // the hard limit; 0: address_space
   // Landlock and seccomp, for an executor whose kernels run on the host CPU (cpu). A GPU
   // executor's kernels run on the GPU, and its vendor driver opens device files, maps
   // and ioctls them as no filter here knows: it gets the no-new-privileges and limit

@@ -28,7 +28,8 @@ class IsolationTest : public DaemonFixture {
     const std::filesystem::path file = cache_.path() / "tenants.textproto";
     std::ofstream(file) << TenantText("research", "research-token", "  trusted: true\n")
                         << TenantText("prod", "prod-token", "  trusted: true\n")
-                        << TenantText("ops", "ops-token", "  admin: true\n");
+                        << TenantText("ops", "ops-token", "  admin: true\n")
+                        << TenantText("capped", "capped-token", "  quotas { memory_bytes: 33554432 }\n");
     Options options;
     options.tenants_file = file;
     options.adjust = [](DaemonOptions& d) {
@@ -152,6 +153,37 @@ TEST_F(IsolationTest, ALaunchPastTheTimeLimitEndsItsExecutor) {
   // The session's later operations find the executor ended.
   EXPECT_EQ(research.Alloc(4).status().code(), absl::StatusCode::kFailedPrecondition);
   ExpectProdReplaysRight(prod);
+}
+
+// A tenant's executor maps at most what its memory quota lets it hold, and a margin; the
+// kernel reads its own limit.
+TEST_F(IsolationTest, AnExecutorsAddressSpaceFollowsItsTenantsMemoryQuota) {
+  constexpr char kProbe[] = R"(
+struct rlimit { unsigned long cur, max; };
+int getrlimit(int, struct rlimit *);
+void probe(unsigned long *out) {
+  struct rlimit l = {0, 0};
+  getrlimit(9, &l);
+  out[0] = l.cur;
+  out[1] = l.max;
+})";
+  auto limits = [&](Client& client) -> std::vector<uint64_t> {
+    absl::StatusOr<Session> s = client.OpenSession("cpu:0");
+    if (!s.ok()) return {};
+    ProgramSpec spec{"cpu-c", kProbe, "probe", *ParseSignature("out"), {}};
+    absl::StatusOr<Program> p = s->Load(spec);
+    absl::StatusOr<Buffer> out = s->Alloc(16);
+    if (!p.ok() || !out.ok() || !s->Launch(*p, {View{&*out}}, {1, 1, 1}, {1, 1, 1}, true).ok()) return {};
+    absl::StatusOr<std::vector<uint64_t>> got = s->ReadVector<uint64_t>(*out, 2);
+    return got.ok() ? *got : std::vector<uint64_t>{};
+  };
+  auto devices = prod_->ListDevices();
+  ASSERT_TRUE(devices.ok() && !devices->empty());
+  const uint64_t total = (*devices)[0].total_memory(), margin = uint64_t{4} << 30;
+  ASSERT_GT(total, uint64_t{32} << 20);
+  Client capped = As("capped-token");
+  EXPECT_EQ(limits(capped), (std::vector<uint64_t>{(uint64_t{32} << 20) + margin, total + margin}));
+  EXPECT_EQ(limits(*prod_), (std::vector<uint64_t>{total + margin, total + margin}));
 }
 
 }  // namespace

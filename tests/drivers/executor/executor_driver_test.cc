@@ -13,8 +13,12 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <sstream>
+#include <utility>
 #include <thread>
 
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
 #include "drivers/cpu/cpu_driver.h"
 #include "tests/support/status_macros.h"
 #include "tests/support/temp_dir.h"
@@ -28,6 +32,7 @@ using ::testing::HasSubstr;
 using ::testing::Not;
 
 constexpr uint64_t kMemory = 64 << 20;
+constexpr uint64_t kAddressSpaceMargin = uint64_t{4} << 30;
 
 Signature Sig(std::vector<replayd::Param> params) {
   Signature s;
@@ -56,6 +61,7 @@ class ExecutorDriverTest : public ::testing::Test {
     options.command_timeout = timeout;
     options.shared_buffers_from = shared_from;
     options.max_shared_buffers = max_shared;
+    options.address_space_margin = kAddressSpaceMargin;  // the daemon's for cpu
     return std::make_unique<ExecutorDevice>(std::make_unique<CpuDevice>(cpu), options);
   }
 
@@ -368,6 +374,86 @@ TEST_F(ExecutorDriverTest, EachTenantHasItsOwnExecutorAndItsContextsShareIt) {
   EXPECT_NE(device_->ExecutorOf("a")->pid(), device_->ExecutorOf("b")->pid());
   EXPECT_EQ(a1->address_space(), a2->address_space());
   EXPECT_NE(a1->address_space(), b->address_space());
+}
+
+// The address-space limit of a process, from /proc: {soft, hard}, or {0, 0}.
+std::pair<uint64_t, uint64_t> AddressSpaceOf(pid_t pid) {
+  std::ifstream limits(absl::StrCat("/proc/", pid, "/limits"));
+  std::string line;
+  while (std::getline(limits, line)) {
+    if (line.rfind("Max address space", 0) != 0) continue;
+    std::istringstream fields(line.substr(17));
+    std::string soft, hard;
+    fields >> soft >> hard;
+    uint64_t s = 0, h = 0;
+    if (!absl::SimpleAtoi(soft, &s) || !absl::SimpleAtoi(hard, &h)) return {0, 0};
+    return {s, h};
+  }
+  return {0, 0};
+}
+
+// A tenant's executor may map what its tenant may hold on the device and a margin: the
+// device's memory, or its memory quota where that is less; the limit follows the quota
+// the tenant has at each OpenContext, and no kernel can raise it.
+TEST_F(ExecutorDriverTest, AnExecutorsAddressSpaceIsItsTenantsMemoryAndAMarginAndNoKernelRaisesIt) {
+  constexpr uint64_t kQuota = 16 << 20, kHard = kMemory + kAddressSpaceMargin;
+  ContextOptions options{"a"};
+  options.memory_quota = kQuota;
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<Context> c, device_->OpenContext(options));
+  ASSERT_NE(device_->ExecutorOf("a"), nullptr);
+  const pid_t pid = device_->ExecutorOf("a")->pid();
+  EXPECT_EQ(AddressSpaceOf(pid), std::make_pair(kQuota + kAddressSpaceMargin, kHard));
+
+  // The kernel sees the limit and cannot move it, by either call.
+  const char* code = R"(
+struct rlimit { unsigned long cur, max; };
+int getrlimit(int, struct rlimit *);
+int setrlimit(int, const struct rlimit *);
+int prlimit(int, int, const struct rlimit *, struct rlimit *);
+void probe(unsigned long *out) {
+  struct rlimit l = {0, 0};
+  getrlimit(9, &l);
+  out[0] = l.cur;
+  out[1] = l.max;
+  struct rlimit raised = {l.max, l.max};
+  out[2] = setrlimit(9, &raised) == 0;
+  out[3] = prlimit(0, 9, &raised, 0) == 0;
+  getrlimit(9, &l);
+  out[4] = l.cur;
+})";
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<Kernel> k,
+                       Build(*device_, *c, code, "probe", Sig({{"out", ParamKind::kBuffer, Access::kOut}})));
+  ASSERT_OK_AND_ASSIGN(Allocation out, c->Allocate(5 * 8));
+  ArgValue args[1];
+  args[0].address = out.address;
+  ASSERT_OK(c->Launch(*k, args, {1, 1, 1}, {1, 1, 1}, true).status());
+  uint64_t got[5];
+  ASSERT_OK(c->Read(out, 0, {reinterpret_cast<uint8_t*>(got), sizeof(got)}));
+  EXPECT_EQ(got[0], kQuota + kAddressSpaceMargin);
+  EXPECT_EQ(got[1], kHard);
+  EXPECT_EQ(got[2], 0u) << "setrlimit raised the limit";
+  EXPECT_EQ(got[3], 0u) << "prlimit raised the limit";
+  EXPECT_EQ(got[4], kQuota + kAddressSpaceMargin);
+
+  // The tenant's quota changes (a reloaded tenants file): its next context moves the limit.
+  options.memory_quota = 32 << 20;
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<Context> c2, device_->OpenContext(options));
+  EXPECT_EQ(device_->ExecutorOf("a")->pid(), pid);
+  EXPECT_EQ(AddressSpaceOf(pid), std::make_pair(uint64_t{32 << 20} + kAddressSpaceMargin, kHard));
+  // No quota, or one past the device: the device's memory bounds it.
+  options.memory_quota = 0;
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<Context> c3, device_->OpenContext(options));
+  EXPECT_EQ(AddressSpaceOf(pid), std::make_pair(kHard, kHard));
+  options.memory_quota = kMemory * 4;
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<Context> c4, device_->OpenContext(options));
+  EXPECT_EQ(AddressSpaceOf(pid), std::make_pair(kHard, kHard));
+  k.reset();
+  c->Free(out);
+
+  // Another tenant's executor has its own.
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<Context> b, device_->OpenContext({"b"}));
+  ASSERT_NE(device_->ExecutorOf("b"), nullptr);
+  EXPECT_EQ(AddressSpaceOf(device_->ExecutorOf("b")->pid()), std::make_pair(kHard, kHard));
 }
 
 // The threads of an executor's process, or -1.
