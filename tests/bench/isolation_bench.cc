@@ -17,6 +17,8 @@
 //
 //   replayd_isolation_bench [--runs=5] [--iterations=2000] [--placement=split]
 //       [--daemon_args=...] [--b_replayd=PATH] [--b_args=--isolation=process] [--b_first]
+//       [--figures=all|pipelined,round_trip,...]
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstring>
@@ -28,6 +30,7 @@
 
 #include "absl/flags/flag.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "client/client.h"
 #include "tests/bench/bench_support.h"
 
@@ -39,6 +42,9 @@ ABSL_FLAG(std::string, b_args, "--isolation=process", "flags daemon B has beyond
 ABSL_FLAG(bool, b_first, false, "start daemon B first and measure it first in each pair (B A B A)");
 ABSL_FLAG(int, small_transfers, 32, "1 MiB transfers per run of the 1 MiB figures");
 ABSL_FLAG(int, large_transfers, 2, "256 MiB transfers per run of the 256 MiB figures");
+ABSL_FLAG(std::string, figures, "all",
+          "the figures to measure: all, or some of round_trip, pipelined, launch, write_small, read_small, "
+          "write_large, read_large, open_session, separated by commas");
 
 namespace replayd::bench {
 namespace {
@@ -155,21 +161,43 @@ int Main() {
     (void)s->Transfer(*s->large, large_host, 1, true);
   }
 
-  std::vector<std::function<double()>> subjects;
-  for (Subject* s : order) subjects.push_back([s, iterations] { return s->ReplayRoundTripUs(iterations); });
-  for (Subject* s : order) subjects.push_back([s, iterations] { return s->chain.Pipelined(iterations); });
-  for (Subject* s : order) subjects.push_back([s, iterations] { return s->LaunchRoundTripUs(iterations); });
-  for (Subject* s : order)
-    subjects.push_back([s, &small_host, small_n] { return s->Transfer(*s->small, small_host, small_n, true); });
-  for (Subject* s : order)
-    subjects.push_back([s, &small_host, small_n] { return s->Transfer(*s->small, small_host, small_n, false); });
-  for (Subject* s : order)
-    subjects.push_back([s, &large_host, large_n] { return s->Transfer(*s->large, large_host, large_n, true); });
-  for (Subject* s : order)
-    subjects.push_back([s, &large_host, large_n] { return s->Transfer(*s->large, large_host, large_n, false); });
-  for (Subject* s : order) subjects.push_back([s, iterations] { return s->OpenSessionUs(iterations / 4 + 1); });
+  // The figures, each measured on A and on B; --figures picks some by name.
+  struct Figure {
+    const char* name;  // for --figures
+    const char* label;
+    const char* unit;  // "us": a latency; else a rate
+    std::function<double(Subject&)> measure;
+  };
+  const std::vector<Figure> all = {
+      {"round_trip", "chain replay + 4 KiB read, round trip", "us",
+       [&](Subject& s) { return s.ReplayRoundTripUs(iterations); }},
+      {"pipelined", "chain replays pipelined, 1 client", "/s", [&](Subject& s) { return s.chain.Pipelined(iterations); }},
+      {"launch", "empty-kernel Launch, round trip", "us", [&](Subject& s) { return s.LaunchRoundTripUs(iterations); }},
+      {"write_small", "WriteBuffer 1 MiB", "MiB/s",
+       [&](Subject& s) { return s.Transfer(*s.small, small_host, small_n, true); }},
+      {"read_small", "ReadBuffer 1 MiB", "MiB/s",
+       [&](Subject& s) { return s.Transfer(*s.small, small_host, small_n, false); }},
+      {"write_large", "WriteBuffer 256 MiB", "MiB/s",
+       [&](Subject& s) { return s.Transfer(*s.large, large_host, large_n, true); }},
+      {"read_large", "ReadBuffer 256 MiB", "MiB/s",
+       [&](Subject& s) { return s.Transfer(*s.large, large_host, large_n, false); }},
+      {"open_session", "OpenSession + close, executor running", "us",
+       [&](Subject& s) { return s.OpenSessionUs(iterations / 4 + 1); }},
+  };
+  const std::string wanted = absl::GetFlag(FLAGS_figures);
+  const std::vector<std::string> picked = absl::StrSplit(wanted, ',', absl::SkipEmpty());
+  std::vector<const Figure*> figures;
+  for (const Figure& f : all)
+    if (wanted == "all" || std::find(picked.begin(), picked.end(), f.name) != picked.end()) figures.push_back(&f);
+  if (figures.empty()) {
+    std::fprintf(stderr, "--figures=%s names none of the figures\n", wanted.c_str());
+    return 2;
+  }
   // Subjects in this order within each run: figure 1 A, figure 1 B, figure 2 A, ... (B
   // before A with --b_first).
+  std::vector<std::function<double()>> subjects;
+  for (const Figure* f : figures)
+    for (Subject* s : order) subjects.push_back([f, s] { return f->measure(*s); });
   std::vector<double> m = InterleavedMedians(subjects, runs);
   if (b_first)  // back to A, B within each pair
     for (size_t i = 0; i + 1 < m.size(); i += 2) std::swap(m[i], m[i + 1]);
@@ -186,20 +214,15 @@ int Main() {
               "per transfer run\n\n",
               runs, b_first ? "B A B A, B started first" : "A B A B", iterations, small_n, large_n);
   std::printf("%-46s %14s %14s %8s\n", "figure", a_label.c_str(), b_label.c_str(), "B/A");
-  auto us = [&](const char* name, int i) {
-    std::printf("%-46s %11.1f us %11.1f us %7.2fx\n", name, m[i], m[i + 1], m[i + 1] / m[i]);
-  };
-  auto rate = [&](const char* name, int i, const char* unit) {
-    std::printf("%-46s %9.0f %-4s %9.0f %-4s %7.2fx\n", name, m[i], unit, m[i + 1], unit, m[i + 1] / m[i]);
-  };
-  us("chain replay + 4 KiB read, round trip", 0);
-  rate("chain replays pipelined, 1 client", 2, "/s");
-  us("empty-kernel Launch, round trip", 4);
-  rate("WriteBuffer 1 MiB", 6, "MiB/s");
-  rate("ReadBuffer 1 MiB", 8, "MiB/s");
-  rate("WriteBuffer 256 MiB", 10, "MiB/s");
-  rate("ReadBuffer 256 MiB", 12, "MiB/s");
-  us("OpenSession + close, executor running", 14);
+  for (size_t i = 0; i < figures.size(); ++i) {
+    const Figure& f = *figures[i];
+    const double va = m[2 * i], vb = m[2 * i + 1];
+    if (std::strcmp(f.unit, "us") == 0) {
+      std::printf("%-46s %11.1f us %11.1f us %7.2fx\n", f.label, va, vb, vb / va);
+    } else {
+      std::printf("%-46s %9.0f %-4s %9.0f %-4s %7.2fx\n", f.label, va, f.unit, vb, f.unit, vb / va);
+    }
+  }
   return 0;
 }
 
