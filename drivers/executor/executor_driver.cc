@@ -74,23 +74,26 @@ class ExecutorKernel : public Kernel {
 };
 
 // Updates are kept here and sent with the next launch, so a replay is one round trip
-// whatever the number of nodes it patches. A launch that fails after some of them may
-// have been applied sends every node at the next launch, so the executor's graph is
-// again exactly what the engine last asked for.
+// whatever the number of nodes it patches; only the values that changed since the last
+// launch travel (GraphLaunch). A launch that fails after some of them may have been
+// applied sends every value at the next launch, so the executor's graph is again exactly
+// what the engine last asked for.
 class ExecutorDeviceGraph : public DeviceGraph {
  public:
   ExecutorDeviceGraph(std::shared_ptr<Executor> executor, std::shared_ptr<Executor::Link> link, uint64_t id,
-                      std::span<const GraphNode> nodes)
-      : executor_(std::move(executor)), link_(std::move(link)), id_(id), nodes_(nodes.begin(), nodes.end()),
-        pending_(nodes.size(), false), failures_seen_(link_->failures.load(std::memory_order_relaxed)) {
-    for (const GraphNode& n : nodes_)
+                      std::span<const GraphNode> nodes, GraphSlots slots)
+      : executor_(std::move(executor)), link_(std::move(link)), id_(id), slots_(std::move(slots)),
+        values_(slots_.size()), pending_(nodes.size(), false),
+        failures_seen_(link_->failures.load(std::memory_order_relaxed)) {
+    for (size_t i = 0; i < nodes.size(); ++i) slots_.Store(i, nodes[i].args, nodes[i].global, nodes[i].local, values_);
+    sent_ = values_;
+    for (const GraphNode& n : nodes)
       if (!n.is_copy()) {
-        what_ = absl::StrCat("replaying a device graph of ", nodes_.size(), nodes_.size() == 1 ? " node" : " nodes",
-                             ", the first ",
-                             static_cast<const ExecutorKernel*>(n.kernel)->name());
+        what_ = absl::StrCat("replaying a device graph of ", nodes.size(), nodes.size() == 1 ? " node" : " nodes",
+                             ", the first ", static_cast<const ExecutorKernel*>(n.kernel)->name());
         break;
       }
-    if (what_.empty()) what_ = absl::StrCat("replaying a device graph of ", nodes_.size(), " copies");
+    if (what_.empty()) what_ = absl::StrCat("replaying a device graph of ", nodes.size(), " copies");
   }
   ~ExecutorDeviceGraph() override {
     Request r;
@@ -99,13 +102,9 @@ class ExecutorDeviceGraph : public DeviceGraph {
   }
 
   absl::Status Update(size_t node, std::span<const ArgValue> args, const Dim3& global, const Dim3& local) override {
-    if (node >= nodes_.size() || args.size() != nodes_[node].args.size())
+    if (node >= slots_.nodes() || args.size() != slots_.end(node) - slots_.first(node) - GraphSlots::kDimSlots)
       return absl::InvalidArgumentError(absl::StrCat("device graph update of node ", node, " does not fit"));
-    if (absl::Status s = executor_->health(); !s.ok()) return s;
-    GraphNode& n = nodes_[node];
-    std::copy(args.begin(), args.end(), n.args.begin());
-    n.global = global;
-    n.local = local;
+    slots_.Store(node, args, global, local, values_);
     if (!pending_[node]) {
       pending_[node] = true;
       pending_nodes_.push_back(node);
@@ -120,20 +119,21 @@ class ExecutorDeviceGraph : public DeviceGraph {
     launch->Clear();
     launch->set_graph(id_);
     launch->set_wait(wait);
-    auto add = [&](size_t node) {
-      const GraphNode& n = nodes_[node];
-      launch->add_update_nodes(node);
-      for (const ArgValue& a : n.args) launch->add_update_args(a.address);
-      for (uint64_t d : n.global) launch->add_update_dims(d);
-      for (uint64_t d : n.local) launch->add_update_dims(d);
-    };
     // A command of the link the executor refused since this graph's last launch may have
     // been this graph's launch without wait, failed part-way.
     const uint64_t failures = link_->failures.load(std::memory_order_relaxed);
     if (resync_ || failures != failures_seen_) {
-      for (size_t i = 0; i < nodes_.size(); ++i) add(i);
+      launch->set_all(true);
+      launch->mutable_update_values()->Add(values_.begin(), values_.end());
+      sent_ = values_;
     } else {
-      for (size_t node : pending_nodes_) add(node);
+      for (size_t node : pending_nodes_)
+        for (size_t slot = slots_.first(node); slot < slots_.end(node); ++slot)
+          if (values_[slot] != sent_[slot]) {
+            launch->add_update_slots(static_cast<uint32_t>(slot));
+            launch->add_update_values(values_[slot]);
+            sent_[slot] = values_[slot];
+          }
     }
     std::optional<absl::Duration> time;
     if (wait) {
@@ -158,7 +158,9 @@ class ExecutorDeviceGraph : public DeviceGraph {
   const std::shared_ptr<Executor> executor_;
   const std::shared_ptr<Executor::Link> link_;
   const uint64_t id_;
-  std::vector<GraphNode> nodes_;  // as the engine last set them
+  const GraphSlots slots_;
+  std::vector<uint64_t> values_;  // every slot, as the engine last set it
+  std::vector<uint64_t> sent_;    // every slot, as the launches posted so far set it
   std::vector<bool> pending_;     // updated since the last launch that succeeded
   std::vector<size_t> pending_nodes_;
   bool resync_ = false;
@@ -329,9 +331,13 @@ class ExecutorContext : public Context {
       in->add_edge_from(from);
       in->add_edge_to(to);
     }
+    std::vector<size_t> arg_counts;
+    for (const GraphNode& n : nodes) arg_counts.push_back(n.args.size());
+    absl::StatusOr<GraphSlots> slots = GraphSlots::For(arg_counts);
+    if (!slots.ok()) return slots.status();
     absl::StatusOr<Reply> reply = executor_->Call(*link_, r, "building a device graph");
     if (!reply.ok()) return reply.status();
-    return std::make_unique<ExecutorDeviceGraph>(executor_, link_, reply->value(), nodes);
+    return std::make_unique<ExecutorDeviceGraph>(executor_, link_, reply->value(), nodes, *std::move(slots));
   }
 
   bool wants_edges() const override { return link_->wants_edges; }

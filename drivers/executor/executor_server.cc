@@ -243,10 +243,15 @@ absl::Status ContextServer::RunGraphCommand(const Request& request, Reply& reply
         return absl::InvalidArgumentError("executor: an edge names no node");
       edges.emplace_back(in.edge_from(i), in.edge_to(i));
     }
+    absl::StatusOr<GraphSlots> slots = GraphSlots::For(arg_counts);
+    if (!slots.ok()) return slots.status();
     absl::StatusOr<std::unique_ptr<DeviceGraph>> graph = context_->Instantiate(nodes, edges);
     if (!graph.ok()) return graph.status();
+    std::vector<uint64_t> values(slots->size());
+    for (size_t i = 0; i < nodes.size(); ++i) slots->Store(i, nodes[i].args, nodes[i].global, nodes[i].local, values);
     const uint64_t id = next_id_++;
-    graphs_[id] = {std::move(*graph), std::move(arg_counts)};
+    graphs_.insert_or_assign(id, GraphState{std::move(*graph), *std::move(slots), std::move(values),
+                                            std::vector<bool>(nodes.size(), false)});
     reply.set_value(id);
     return absl::OkStatus();
   }
@@ -259,22 +264,38 @@ absl::Status ContextServer::RunGraphCommand(const Request& request, Reply& reply
   }
   GraphState& g = it->second;
   const GraphLaunch& launch = request.graph_launch();
-  const auto& nodes = launch.update_nodes();
-  const auto& args = launch.update_args();
-  const auto& dims = launch.update_dims();
-  if (dims.size() != 6 * nodes.size()) return absl::InvalidArgumentError("executor: updates without their sizes");
-  int next_arg = 0;
-  for (int i = 0; i < nodes.size(); ++i) {
-    const uint64_t node = nodes[i];
-    if (node >= g.arg_counts.size() || g.arg_counts[node] > static_cast<size_t>(args.size() - next_arg))
-      return absl::InvalidArgumentError(absl::StrCat("executor: an update of node ", node, " does not fit"));
-    update_args_.resize(g.arg_counts[node]);
-    for (ArgValue& a : update_args_) a.address = args[next_arg++];
-    const Dim3 global{dims[6 * i], dims[6 * i + 1], dims[6 * i + 2]};
-    const Dim3 local{dims[6 * i + 3], dims[6 * i + 4], dims[6 * i + 5]};
-    if (absl::Status s = g.graph->Update(node, update_args_, global, local); !s.ok()) return s;
+  const auto& slots = launch.update_slots();
+  const auto& values = launch.update_values();
+  // Every value is checked before any is set: a launch that does not fit changes nothing.
+  updated_nodes_.clear();
+  if (launch.all()) {
+    if (!slots.empty() || static_cast<size_t>(values.size()) != g.values.size())
+      return absl::InvalidArgumentError(
+          absl::StrCat("executor: ", values.size(), " values for a graph of ", g.values.size()));
+    std::copy(values.begin(), values.end(), g.values.begin());
+    for (size_t node = 0; node < g.slots.nodes(); ++node) updated_nodes_.push_back(node);
+  } else {
+    if (slots.size() != values.size()) return absl::InvalidArgumentError("executor: updates without their values");
+    for (uint32_t slot : slots)
+      if (slot >= g.values.size())
+        return absl::InvalidArgumentError(absl::StrCat("executor: an update of slot ", slot, " does not fit"));
+    for (int i = 0; i < slots.size(); ++i) {
+      g.values[slots[i]] = values[i];
+      const size_t node = g.slots.node_of(slots[i]);
+      if (!g.updated[node]) {
+        g.updated[node] = true;
+        updated_nodes_.push_back(node);
+      }
+    }
   }
-  if (next_arg != args.size()) return absl::InvalidArgumentError("executor: more update arguments than nodes take");
+  absl::Status updated = absl::OkStatus();
+  for (size_t node : updated_nodes_) {
+    g.updated[node] = false;
+    Dim3 global, local;
+    g.slots.Load(node, g.values, update_args_, global, local);
+    if (updated.ok()) updated = g.graph->Update(node, update_args_, global, local);
+  }
+  if (!updated.ok()) return updated;
   absl::StatusOr<std::optional<absl::Duration>> t = g.graph->Launch(request.graph_launch().wait());
   if (!t.ok()) return t.status();
   SetTime(*t, reply);

@@ -26,6 +26,7 @@
 #include "drivers/driver.h"
 #include "drivers/executor/channel.h"
 #include "drivers/executor/executor.pb.h"
+#include "drivers/executor/wire.h"
 
 namespace replayd::executor {
 
@@ -52,7 +53,9 @@ class ContextServer {
  private:
   struct GraphState {
     std::unique_ptr<DeviceGraph> graph;
-    std::vector<size_t> arg_counts;  // per node, as instantiated
+    GraphSlots slots;
+    std::vector<uint64_t> values;  // every slot, as the launches so far set it
+    std::vector<bool> updated;     // per node: set by the launch being read
   };
   absl::Status Run(const Request& request, std::span<uint8_t> data, Reply& reply);
   absl::Status RunGraphCommand(const Request& request, Reply& reply);
@@ -73,6 +76,7 @@ class ContextServer {
   std::map<uint64_t, std::unique_ptr<Kernel>> kernels_;
   std::map<uint64_t, GraphState> graphs_;
   std::vector<ArgValue> update_args_;  // one node update's, reused
+  std::vector<size_t> updated_nodes_;  // the launch being read's, reused
 };
 
 class ExecutorServer {

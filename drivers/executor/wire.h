@@ -2,10 +2,13 @@
 #ifndef REPLAYD_DRIVERS_EXECUTOR_WIRE_H_
 #define REPLAYD_DRIVERS_EXECUTOR_WIRE_H_
 
+#include <algorithm>
+#include <cstdint>
 #include <optional>
 #include <span>
 #include <vector>
 
+#include "absl/status/statusor.h"
 #include "drivers/driver.h"
 #include "drivers/executor/executor.pb.h"
 #include "google/protobuf/repeated_field.h"
@@ -57,6 +60,59 @@ inline ProgramSource FromWire(const executor::Load& load) {
   source.signature.core_id = load.core_id();
   return source;
 }
+
+// Where a device graph's values are in a launch's updates (GraphLaunch in executor.proto):
+// each node's arguments, then its global and local sizes, the nodes in order. A slot is a
+// value's index there.
+class GraphSlots {
+ public:
+  static constexpr size_t kDimSlots = 6;  // global x, y, z, then local
+
+  // For nodes with these argument counts; INVALID_ARGUMENT past 2^32 slots.
+  static absl::StatusOr<GraphSlots> For(std::span<const size_t> arg_counts) {
+    GraphSlots s;
+    s.first_.reserve(arg_counts.size() + 1);
+    uint64_t next = 0;
+    for (size_t n : arg_counts) {
+      s.first_.push_back(next);
+      next += n + kDimSlots;
+      if (next > UINT32_MAX) return absl::InvalidArgumentError("a device graph of more than 2^32 values");
+    }
+    s.first_.push_back(next);
+    s.node_of_.resize(next);
+    for (size_t node = 0; node + 1 < s.first_.size(); ++node)
+      std::fill(s.node_of_.begin() + s.first_[node], s.node_of_.begin() + s.first_[node + 1], node);
+    return s;
+  }
+
+  size_t size() const { return node_of_.size(); }
+  size_t nodes() const { return first_.size() - 1; }
+  size_t first(size_t node) const { return first_[node]; }  // its first slot
+  size_t end(size_t node) const { return first_[node + 1]; }  // past its last
+  size_t node_of(size_t slot) const { return node_of_[slot]; }
+
+  // Node `node`'s values into `values` (size() of them).
+  void Store(size_t node, std::span<const ArgValue> args, const Dim3& global, const Dim3& local,
+             std::span<uint64_t> values) const {
+    uint64_t* v = values.data() + first_[node];
+    for (const ArgValue& a : args) *v++ = a.address;
+    for (uint64_t d : global) *v++ = d;
+    for (uint64_t d : local) *v++ = d;
+  }
+  // Node `node`'s values from `values`; `args` is resized to its count.
+  void Load(size_t node, std::span<const uint64_t> values, std::vector<ArgValue>& args, Dim3& global,
+            Dim3& local) const {
+    const uint64_t* v = values.data() + first_[node];
+    args.resize(end(node) - first_[node] - kDimSlots);
+    for (ArgValue& a : args) a.address = *v++;
+    for (uint64_t& d : global) d = *v++;
+    for (uint64_t& d : local) d = *v++;
+  }
+
+ private:
+  std::vector<uint64_t> first_;    // per node, and the total at the end
+  std::vector<uint32_t> node_of_;  // per slot
+};
 
 inline void SetTime(const std::optional<absl::Duration>& t, Reply& reply) {
   if (!t) return;

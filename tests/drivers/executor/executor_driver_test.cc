@@ -20,6 +20,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "drivers/cpu/cpu_driver.h"
+#include "drivers/executor/executor_server.h"
 #include "tests/support/status_macros.h"
 #include "tests/support/temp_dir.h"
 #include "tests/support/test_binaries.h"
@@ -283,6 +284,123 @@ TEST_F(ExecutorDriverTest, LaunchesAndDeviceGraphsRunInTheExecutor) {
   c->Free(y);
 }
 
+// A launch without wait whose updates the executor refuses part-way (a copy node's
+// address in no allocation, the first node it updates) leaves the next node's update
+// unapplied there: the daemon then sends every value at the next launch, so the graph is
+// again what the engine last set.
+TEST_F(ExecutorDriverTest, AfterAGraphLaunchRefusedPartWayTheNextSendsTheWholeGraph) {
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<Context> c, device_->OpenContext({"a"}));
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<Kernel> k,
+                       Build(*device_, *c, "void add(float *x, int v) { x[0] += (float)v; }", "add", Sig({kInout, kInt})));
+  ASSERT_OK_AND_ASSIGN(Allocation x, c->Allocate(4));
+  ASSERT_OK_AND_ASSIGN(Allocation y, c->Allocate(4));
+  const float zero = 0;
+  ASSERT_OK(c->Write(x, 0, {reinterpret_cast<const uint8_t*>(&zero), 4}));
+  // y <- x, then x += v.
+  std::vector<GraphNode> nodes(2);
+  nodes[0].args.resize(2);
+  nodes[0].args[0].address = y.address;
+  nodes[0].args[1].address = x.address;
+  nodes[0].copy_bytes = 4;
+  nodes[1] = {k.get(), std::vector<ArgValue>(2), {1, 1, 1}, {1, 1, 1}, 0};
+  nodes[1].args[0].address = x.address;
+  nodes[1].args[1].integer = 1;
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<DeviceGraph> g, c->Instantiate(nodes, {}));
+  ASSERT_OK(g->Launch(true).status());  // y = 0, x = 1
+  ArgValue bad[2] = {nodes[0].args[0], nodes[0].args[1]};
+  bad[0].address = 64;  // in no allocation
+  ASSERT_OK(g->Update(0, bad, {1, 1, 1}, {1, 1, 1}));
+  ArgValue ten[2] = {nodes[1].args[0], nodes[1].args[1]};
+  ten[1].integer = 10;
+  ASSERT_OK(g->Update(1, ten, {1, 1, 1}, {1, 1, 1}));
+  ASSERT_OK(g->Launch(false).status());
+  const absl::Status refused = c->Synchronize();
+  EXPECT_THAT(std::string(refused.message()), HasSubstr("an earlier command without wait failed")) << refused;
+  // Only node 0 changes now; node 1's 10 went with the refused launch.
+  ASSERT_OK(g->Update(0, nodes[0].args, {1, 1, 1}, {1, 1, 1}));
+  ASSERT_OK(g->Launch(true).status());  // y = 1, x = 11
+  float got[2];
+  ASSERT_OK(c->Read(x, 0, {reinterpret_cast<uint8_t*>(&got[0]), 4}));
+  ASSERT_OK(c->Read(y, 0, {reinterpret_cast<uint8_t*>(&got[1]), 4}));
+  EXPECT_EQ(got[0], 11.0f) << "node 1 kept its old value";
+  EXPECT_EQ(got[1], 1.0f);
+  // From here only what changes travels again, and lands.
+  ten[1].integer = 100;
+  ASSERT_OK(g->Update(1, ten, {1, 1, 1}, {1, 1, 1}));
+  ASSERT_OK(g->Launch(true).status());  // y = 11, x = 111
+  ASSERT_OK(c->Read(x, 0, {reinterpret_cast<uint8_t*>(&got[0]), 4}));
+  EXPECT_EQ(got[0], 111.0f);
+  g.reset();
+  k.reset();
+  c->Free(x);
+  c->Free(y);
+}
+
+// The executor's end of a graph launch: slots past the graph, values without their slots,
+// or a whole graph of the wrong size are refused before any value is set.
+TEST(ContextServerTest, AGraphLaunchThatDoesNotFitIsRefusedAndChangesNothing) {
+  CpuDriverOptions cpu;
+  cpu.memory_limit = kMemory;
+  cpu.threads = 1;
+  CpuDevice device(cpu);
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<Context> context, device.OpenContext({"a", Isolation::kShared}));
+  ContextServer server(device, std::move(context), -1);
+  bool done = false;
+  std::vector<uint8_t> data(64);
+  auto run = [&](const Request& r) { return server.Handle(r, data, done); };
+  Request allocate;
+  allocate.set_allocate(16);
+  const Reply x = run(allocate), y = run(allocate), z = run(allocate);
+  ASSERT_EQ(x.code(), 0);
+  ASSERT_EQ(y.code(), 0);
+  ASSERT_EQ(z.code(), 0);
+  auto transfer = [&](bool write, uint64_t address) {
+    Request r;
+    Transfer* t = write ? r.mutable_write() : r.mutable_read();
+    t->mutable_allocation()->set_address(address);
+    t->mutable_allocation()->set_bytes(16);
+    t->set_bytes(16);
+    return run(r).code();
+  };
+  for (int i = 0; i < 16; ++i) data[i] = static_cast<uint8_t>(i + 1);
+  ASSERT_EQ(transfer(true, x.value()), 0);
+  Request instantiate;  // y <- x: 2 arguments and 6 sizes, slots 0 to 7
+  Node* n = instantiate.mutable_instantiate()->add_nodes();
+  n->add_args(y.value());
+  n->add_args(x.value());
+  for (Dims* d : {n->mutable_global(), n->mutable_local()}) d->set_x(1), d->set_y(1), d->set_z(1);
+  n->set_copy_bytes(16);
+  const Reply g = run(instantiate);
+  ASSERT_EQ(g.code(), 0) << g.message();
+  auto launch = [&](std::vector<uint32_t> slots, std::vector<uint64_t> values, bool all = false) {
+    Request r;
+    GraphLaunch* l = r.mutable_graph_launch();
+    l->set_graph(g.value());
+    l->set_wait(true);
+    l->set_all(all);
+    l->mutable_update_slots()->Add(slots.begin(), slots.end());
+    l->mutable_update_values()->Add(values.begin(), values.end());
+    return run(r);
+  };
+  const int kInvalid = static_cast<int>(absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(launch({8}, {z.value()}).code(), kInvalid) << "a slot past the graph";
+  EXPECT_EQ(launch({0, UINT32_MAX}, {z.value(), 0}).code(), kInvalid) << "a good slot, then one past the graph";
+  EXPECT_EQ(launch({0, 1}, {z.value()}).code(), kInvalid) << "a slot without its value";
+  EXPECT_EQ(launch({}, std::vector<uint64_t>(7, 1), true).code(), kInvalid) << "7 values for 8 slots";
+  EXPECT_EQ(launch({0}, std::vector<uint64_t>(8, 1), true).code(), kInvalid) << "slots with the whole graph";
+  // None of those set slot 0 (the destination): the copy still lands in y, not z.
+  const Reply ran = launch({}, {});
+  ASSERT_EQ(ran.code(), 0) << ran.message();
+  ASSERT_EQ(transfer(false, z.value()), 0);
+  EXPECT_EQ(std::vector<uint8_t>(data.begin(), data.begin() + 16), std::vector<uint8_t>(16, 0));
+  ASSERT_EQ(transfer(false, y.value()), 0);
+  for (int i = 0; i < 16; ++i) EXPECT_EQ(data[i], i + 1);
+  // A launch that fits moves it.
+  ASSERT_EQ(launch({0}, {z.value()}).code(), 0);
+  ASSERT_EQ(transfer(false, z.value()), 0);
+  for (int i = 0; i < 16; ++i) EXPECT_EQ(data[i], i + 1);
+}
+
 // A graph of thousands of nodes is built, and relaunched with every node patched, through
 // requests longer than a channel slot (they travel in the data area); a transfer posted
 // behind such a launch waits for it to be read before it writes the data area.
@@ -298,7 +416,9 @@ TEST_F(ExecutorDriverTest, LongGraphRequestsTravelInTheDataAreaAndTransfersWaitF
   ASSERT_OK_AND_ASSIGN(Allocation y, c->Allocate(4 * 4));
   const float zeros[4] = {0, 0, 0, 0};
   ASSERT_OK(c->Write(x, 0, {reinterpret_cast<const uint8_t*>(zeros), sizeof(zeros)}));
-  constexpr size_t kNodes = 6000;  // some 20 bytes each on the wire: past a 64 KiB slot
+  // Some 20 bytes a node to build, and 4 (a slot and a value) to patch one value of
+  // each: both past a 64 KiB slot.
+  constexpr size_t kNodes = 20000;
   ArgValue args[2];
   args[0].address = x.address;
   args[1].integer = 1;
