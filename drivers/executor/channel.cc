@@ -3,6 +3,7 @@
 #include <linux/futex.h>
 #include <sched.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <sys/socket.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -49,17 +50,48 @@ absl::StatusOr<Channel> Channel::Create() {
     close(fd);
     return s;
   }
-  return Attach(fd);
+  uint8_t* base = Map(fd);
+  if (!base) return Errno("mmap");
+  reinterpret_cast<Header*>(base)->version = Version();
+  return Channel(fd, base);
 }
 
 absl::StatusOr<Channel> Channel::Attach(int fd) {
-  void* p = mmap(nullptr, kTotalBytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-  if (p == MAP_FAILED) {
-    absl::Status s = Errno("mmap");
+  struct stat st;
+  if (fstat(fd, &st) != 0) {
+    absl::Status s = Errno("fstat");
     close(fd);
     return s;
   }
-  return Channel(fd, static_cast<uint8_t*>(p));
+  auto another_build = [&](uint64_t version) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "executor channel: made by another build of replayd (channel version ", absl::Hex(version), ", ",
+        st.st_size, " bytes; this build's is ", absl::Hex(Version()),
+        "): replayd and replayd-executor must come from one build"));
+  };
+  // A channel of another size is another layout: not mapped past its end.
+  if (static_cast<uint64_t>(st.st_size) != kTotalBytes) {
+    close(fd);
+    return another_build(0);
+  }
+  uint8_t* base = Map(fd);
+  if (!base) return Errno("mmap");
+  const uint64_t version = reinterpret_cast<const Header*>(base)->version;
+  if (version != Version()) {
+    munmap(base, kTotalBytes);
+    close(fd);
+    return another_build(version);
+  }
+  return Channel(fd, base);
+}
+
+uint8_t* Channel::Map(int fd) {
+  void* p = mmap(nullptr, kTotalBytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  if (p != MAP_FAILED) return static_cast<uint8_t*>(p);
+  const int saved = errno;
+  close(fd);
+  errno = saved;
+  return nullptr;
 }
 
 Channel::Channel(int fd, uint8_t* base) : fd_(fd), base_(base), spins_(SpinsHere()) {

@@ -37,14 +37,22 @@ namespace replayd::executor {
 
 class Channel {
  public:
-  static constexpr uint32_t kSlots = 8;                // requests in flight at most
+  static constexpr uint32_t kSlots = 32;               // requests in flight at most
   static constexpr uint64_t kSlotBytes = 64 << 10;     // a slot's request or reply area
   static constexpr uint64_t kDataBytes = 4 << 20;      // bulk bytes of one Write or Read
   static constexpr uint64_t kMessageBytes = kDataBytes;  // the longest request
 
-  // A new channel in a fresh memfd (close-on-exec; the spawner passes it on).
+  // What the two ends must agree on: this layout and the protocol of the messages
+  // (executor.proto). Raised with every change to either, so that a daemon and an
+  // executor of different builds (one binary replaced beside the other) refuse each other
+  // rather than misread.
+  static constexpr uint32_t kProtocol = 2;
+
+  // A new channel in a fresh memfd (close-on-exec; the spawner passes it on), marked
+  // with the layout and protocol of this build.
   static absl::StatusOr<Channel> Create();
   // The channel in memfd `fd`, made by Create in the other process. Takes `fd`.
+  // FAILED_PRECONDITION when it was made by a build of another layout or protocol.
   static absl::StatusOr<Channel> Attach(int fd);
 
   Channel(Channel&& other) noexcept;
@@ -88,6 +96,7 @@ class Channel {
   static constexpr uint64_t kHeaderBytes = 4096;
   static constexpr uint64_t kTotalBytes = kHeaderBytes + 2 * kSlots * kSlotBytes + kDataBytes;
   struct Header {
+    uint64_t version;  // Version(): the creator's layout and protocol
     alignas(64) std::atomic<uint32_t> request_seq;  // the last request posted
     // The request the executor sleeps for, kSleeping | seq; 0 while it does not sleep.
     std::atomic<uint64_t> request_wanted;
@@ -97,7 +106,11 @@ class Channel {
     std::atomic<uint64_t> reply_bytes[kSlots];
   };
   static constexpr uint64_t kSleeping = uint64_t{1} << 32;
+  // The protocol, the slots and the size, in one word.
+  static constexpr uint64_t Version() { return uint64_t{kProtocol} << 48 | uint64_t{kSlots} << 40 | kTotalBytes; }
   Channel(int fd, uint8_t* base);
+  // Maps memfd `fd`'s kTotalBytes; null (with errno set, `fd` closed) when it cannot.
+  static uint8_t* Map(int fd);
   Header& header() { return *reinterpret_cast<Header*>(base_); }
   // The message area of request `seq` (side 0) or of its reply (side 1).
   std::span<uint8_t> Slot(uint32_t seq, int side) {

@@ -5,7 +5,10 @@
 #include "drivers/executor/channel.h"
 
 #include <gtest/gtest.h>
+#include <sys/mman.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <cstring>
@@ -146,6 +149,30 @@ TEST(ChannelTest, AWaitEndsAtItsDeadlineOrWhenTheOtherSideIsGone) {
   n = daemon.AwaitReply(seq, absl::Now() + absl::Seconds(30), [&] { return ++asked == 2; });
   EXPECT_EQ(n.status().code(), absl::StatusCode::kUnavailable) << n.status();
   EXPECT_EQ(asked, 2);
+}
+
+// A daemon and an executor of different builds refuse each other's channel rather than
+// misread it: one of another size, or marked with another layout or protocol.
+TEST(ChannelTest, AChannelOfAnotherBuildIsRefused) {
+  ASSERT_OK_AND_ASSIGN(Channel daemon, Channel::Create());
+  struct stat st;
+  ASSERT_EQ(fstat(daemon.fd(), &st), 0);
+  auto attach_copy = [&](off_t size, uint64_t version) {
+    const int fd = static_cast<int>(syscall(SYS_memfd_create, "other-build", MFD_CLOEXEC));
+    EXPECT_GE(fd, 0);
+    EXPECT_EQ(ftruncate(fd, size), 0);
+    EXPECT_EQ(pwrite(fd, &version, sizeof version, 0), static_cast<ssize_t>(sizeof version));
+    return Channel::Attach(fd);
+  };
+  uint64_t ours = 0;
+  ASSERT_EQ(pread(daemon.fd(), &ours, sizeof ours, 0), static_cast<ssize_t>(sizeof ours));
+  absl::StatusOr<Channel> larger = attach_copy(st.st_size + 4096, ours);
+  EXPECT_EQ(larger.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_NE(larger.status().message().find("must come from one build"), std::string::npos) << larger.status();
+  EXPECT_EQ(attach_copy(st.st_size, ours + (uint64_t{1} << 48)).status().code(), absl::StatusCode::kFailedPrecondition)
+      << "another protocol";
+  EXPECT_EQ(attach_copy(st.st_size, 0).status().code(), absl::StatusCode::kFailedPrecondition) << "no mark";
+  EXPECT_TRUE(attach_copy(st.st_size, ours).ok());
 }
 
 TEST(ChannelTest, AChannelPassedOverASocketIsTheSameChannel) {
