@@ -79,7 +79,7 @@ absl::Status LimitProcess(uint64_t address_space, uint64_t max_address_space) {
 absl::Status SetAddressSpaceOf(pid_t pid, uint64_t bytes) {
   struct rlimit now;
   if (prlimit(pid, RLIMIT_AS, nullptr, &now) != 0) return Errno("RLIMIT_AS of the process");
-  const struct rlimit as = {bytes, now.rlim_max};
+  const struct rlimit as = {std::min<rlim_t>(bytes, now.rlim_max), now.rlim_max};
   if (prlimit(pid, RLIMIT_AS, &as, nullptr) != 0) return Errno(absl::StrCat("RLIMIT_AS of the process to ", bytes));
   return absl::OkStatus();
 }

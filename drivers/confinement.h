@@ -39,9 +39,9 @@ struct FileAccess {
 // that failed.
 absl::Status LimitProcess(uint64_t address_space, uint64_t max_address_space = 0);
 
-// Sets the address-space limit of process `pid` (of the same user) to `bytes`, within
-// its hard limit. INTERNAL with the reason when the kernel refuses (the process gone,
-// `bytes` past its hard limit).
+// Sets the address-space limit of process `pid` (of the same user) to `bytes`, or to its
+// hard limit where that is less. INTERNAL with the reason when the kernel refuses (the
+// process gone).
 absl::Status SetAddressSpaceOf(pid_t pid, uint64_t bytes);
 
 // Restricts file access to `access` with Landlock. True when confined; false when this

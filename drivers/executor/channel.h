@@ -41,6 +41,8 @@ class Channel {
   static constexpr uint64_t kSlotBytes = 64 << 10;     // a slot's request or reply area
   static constexpr uint64_t kDataBytes = 4 << 20;      // bulk bytes of one Write or Read
   static constexpr uint64_t kMessageBytes = kDataBytes;  // the longest request
+  // The size of a channel's memfd: a header, the slots' areas and the data area.
+  static constexpr uint64_t kTotalBytes = 4096 + 2 * kSlots * kSlotBytes + kDataBytes;
 
   // What the two ends must agree on: this layout and the protocol of the messages
   // (executor.proto). Raised with every change to either, so that a daemon and an
@@ -94,7 +96,7 @@ class Channel {
 
  private:
   static constexpr uint64_t kHeaderBytes = 4096;
-  static constexpr uint64_t kTotalBytes = kHeaderBytes + 2 * kSlots * kSlotBytes + kDataBytes;
+  static_assert(kTotalBytes == kHeaderBytes + 2 * kSlots * kSlotBytes + kDataBytes);
   struct Header {
     uint64_t version;  // Version(): the creator's layout and protocol
     alignas(64) std::atomic<uint32_t> request_seq;  // the last request posted

@@ -399,10 +399,7 @@ absl::StatusOr<std::shared_ptr<Executor>> Executor::Start(const ExecutorOptions&
     return absl::InternalError(absl::StrCat("executor socket: ", std::strerror(errno)));
   std::vector<std::string> args = {options.binary.string(), "--fd=3", "--socket=4"};
   args.insert(args.end(), options.device_args.begin(), options.device_args.end());
-  if (address_space > 0) {
-    args.push_back(absl::StrCat("--address_space=", address_space));
-    args.push_back(absl::StrCat("--max_address_space=", memory.total() + options.address_space_margin));
-  }
+  if (address_space > 0) args.push_back(absl::StrCat("--address_space=", address_space));
   std::vector<char*> argv;
   for (std::string& a : args) argv.push_back(a.data());
   argv.push_back(nullptr);
@@ -777,6 +774,7 @@ absl::StatusOr<std::unique_ptr<Context>> ExecutorDevice::OpenContext(const Conte
   const absl::Duration timeout = options.max_launch > absl::ZeroDuration() ? options.max_launch
                                                                            : options_.command_timeout;
   std::shared_ptr<Executor> executor;
+  absl::Status limited;  // moving its address-space limit
   {
     absl::MutexLock lock(&mu_);
     auto it = executors_.find(tenant);
@@ -786,7 +784,8 @@ absl::StatusOr<std::unique_ptr<Context>> ExecutorDevice::OpenContext(const Conte
         ++counts_[tenant].died[static_cast<size_t>(death)];
       };
       absl::StatusOr<std::shared_ptr<Executor>> started = Executor::Start(
-          options_, std::string(tenant), inner_->info().id, memory_, std::move(died), AddressSpaceFor(options.memory_quota));
+          options_, std::string(tenant), inner_->info().id, memory_, std::move(died),
+          AddressSpaceFor(options.memory_quota, 1));
       if (!started.ok()) return started.status();
       if (options_.own_bytes > 0)
         if (absl::Status s = (*started)->Reserve(options_.own_bytes); !s.ok())
@@ -801,17 +800,20 @@ absl::StatusOr<std::unique_ptr<Context>> ExecutorDevice::OpenContext(const Conte
       WakeSupervisor();
     }
     executor = it->second.executor;
-    ++it->second.contexts;
+    const size_t contexts = ++it->second.contexts;
+    // Room for this context, and the tenant's quota as it is now (a reloaded tenants file
+    // may have changed it). Under the lock, so that opens side by side leave the room of
+    // the most contexts. (Contexts that closed since leave their room until the next open.)
+    if (const uint64_t limit = AddressSpaceFor(options.memory_quota, contexts); limit > 0)
+      limited = executor->set_address_space(limit);
   }
   executor->set_command_timeout(timeout);
-  // The tenant's quota may have changed since its executor started (a reloaded tenants
-  // file); a process that has just ended is not an error here: opening finds it gone.
-  if (const uint64_t limit = AddressSpaceFor(options.memory_quota); limit > 0)
-    if (absl::Status s = executor->set_address_space(limit); !s.ok() && !executor->Reap()) {
-      ContextClosed(std::string(tenant), executor.get());
-      return absl::InternalError(
-          absl::StrCat("cannot limit the address space of the executor of tenant ", tenant, ": ", s.message()));
-    }
+  // A process that has just ended is not an error here: opening finds it gone.
+  if (!limited.ok() && !executor->Reap()) {
+    ContextClosed(std::string(tenant), executor.get());
+    return absl::InternalError(
+        absl::StrCat("cannot limit the address space of the executor of tenant ", tenant, ": ", limited.message()));
+  }
   auto closed = [this, tenant = std::string(tenant), e = executor.get()] { ContextClosed(tenant, e); };
   absl::StatusOr<std::shared_ptr<Executor::Link>> link = executor->OpenContext();
   if (!link.ok()) {
@@ -822,10 +824,11 @@ absl::StatusOr<std::unique_ptr<Context>> ExecutorDevice::OpenContext(const Conte
                                            options_.shared_buffers_from, shared_buffers_);
 }
 
-uint64_t ExecutorDevice::AddressSpaceFor(uint64_t memory_quota) const {
+uint64_t ExecutorDevice::AddressSpaceFor(uint64_t memory_quota, size_t contexts) const {
   if (options_.address_space_margin == 0) return 0;
   const uint64_t total = memory_.total();
-  return (memory_quota > 0 ? std::min(memory_quota, total) : total) + options_.address_space_margin;
+  return (memory_quota > 0 ? std::min(memory_quota, total) : total) + options_.address_space_margin +
+         contexts * kContextAddressSpace;
 }
 
 void ExecutorDevice::ContextClosed(const std::string& tenant, const Executor* executor) {

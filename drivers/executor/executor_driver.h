@@ -64,9 +64,10 @@ struct ExecutorOptions {
   // For a device whose kernels run on the host (cpu), the room an executor has beyond
   // its tenant's memory: its address space is limited to the memory the tenant may hold
   // on the device (the device's memory, or the tenant's memory quota where that is less;
-  // ContextOptions::memory_quota) plus this margin, for the program, its threads'
-  // stacks and the artifacts it loads. 0 sets no limit (a GPU executor: its driver
-  // reserves address space far beyond any memory).
+  // ContextOptions::memory_quota), plus this margin for the program, the device's threads
+  // and the artifacts it loads, plus ExecutorDevice::kContextAddressSpace for each open
+  // context. 0 sets no limit (a GPU executor: its driver reserves address space far
+  // beyond any memory).
   uint64_t address_space_margin = 0;
 };
 
@@ -123,8 +124,7 @@ class Executor {
   // once, should the executor end before Stop (called under the executor's lock: it must
   // not call back into it).
   // With `address_space` (bytes, > 0) its address space is limited to that, and may
-  // later be moved (set_address_space) up to the device's memory plus
-  // ExecutorOptions::address_space_margin.
+  // later be moved (set_address_space) within the hard limit it inherits.
   static absl::StatusOr<std::shared_ptr<Executor>> Start(const ExecutorOptions& options, std::string tenant,
                                                          std::string device, DeviceMemory& memory,
                                                          std::function<void(ExecutorDeath)> died = nullptr,
@@ -180,8 +180,8 @@ class Executor {
   bool Reap() { return Reaped(""); }
   // The time limit of later commands (the tenant's policy may change while it runs).
   void set_command_timeout(absl::Duration timeout);
-  // Moves the limit of its address space (started with one) to `bytes`, within the one it
-  // was started with at most; INTERNAL when the kernel refuses (the process has ended).
+  // Moves the limit of its address space (started with one) to `bytes`, or to its hard
+  // limit where that is less; INTERNAL when the kernel refuses (the process has ended).
   absl::Status set_address_space(uint64_t bytes);
   // Distinct per executor: contexts of two executors never share device graphs.
   uint64_t address_space() const { return address_space_; }
@@ -235,6 +235,10 @@ class Executor {
 
 class ExecutorDevice : public Device {
  public:
+  // The address space a context takes in its executor, for the limit
+  // (ExecutorOptions::address_space_margin): its channel and its thread's stack.
+  static constexpr uint64_t kContextAddressSpace = Channel::kTotalBytes + (16 << 20);
+
   // Executors reserve in `inner`'s memory account, which its own contexts draw on, so
   // the device's memory is one figure.
   ExecutorDevice(std::unique_ptr<Device> inner, ExecutorOptions options);
@@ -272,9 +276,9 @@ class ExecutorDevice : public Device {
   // reaper then closes the tenant's sessions.
   void Supervise();
   void WakeSupervisor();
-  // The address-space limit of an executor whose tenant may hold `memory_quota` bytes
-  // (0: no quota); 0 where the device sets none.
-  uint64_t AddressSpaceFor(uint64_t memory_quota) const;
+  // The address-space limit of an executor with `contexts` open whose tenant may hold
+  // `memory_quota` bytes (0: no quota); 0 where the device sets none.
+  uint64_t AddressSpaceFor(uint64_t memory_quota, size_t contexts) const;
 
   const std::unique_ptr<Device> inner_;
   const ExecutorOptions options_;

@@ -6,12 +6,13 @@
 // the vendor's driver is and which devices are visible). Before it makes its device it
 // confines itself (drivers/executor/sandbox.h): a cpu executor reads artifacts from
 // --artifacts only and its address space is bounded by --address_space (the memory its
-// tenant may hold on the device and a margin; the daemon moves it up to
-// --max_address_space as the tenant's quota changes); a cuda or hip executor gets the
-// no-new-privileges and limit steps. It ends when the daemon does.
+// tenant may hold on the device, a margin and room for each context; the daemon moves it,
+// within the hard limit the executor inherits, as the tenant's quota and contexts
+// change); a cuda or hip executor gets the no-new-privileges and limit steps. It ends
+// when the daemon does.
 //
 //   replayd-executor --fd=3 --socket=4 --device=cpu --artifacts=DIR [--memory_limit=BYTES]
-//                    [--threads=N] [--address_space=BYTES [--max_address_space=BYTES]]
+//                    [--threads=N] [--address_space=BYTES]
 //   replayd-executor --fd=3 --socket=4 --device=cuda --ordinal=N [--staging_bytes=BYTES]
 //   replayd-executor --fd=3 --socket=4 --device=hip --ordinal=N [--staging_bytes=BYTES]
 //                    [--device_graph=auto|graph|stream]
@@ -21,8 +22,10 @@
 // every context on the device's runtime state in this process, a stream each, so a kernel
 // fault (which loses that state for every stream, or aborts the process) ends only it.
 #include <sched.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
@@ -142,8 +145,6 @@ int main(int argc, char** argv) {
       ok = absl::SimpleAtoi(v, &cpu.memory_limit);
     } else if (const char* v = value("--address_space=")) {
       ok = absl::SimpleAtoi(v, &sandbox.address_space);
-    } else if (const char* v = value("--max_address_space=")) {
-      ok = absl::SimpleAtoi(v, &sandbox.max_address_space);
     } else if (const char* v = value("--threads=")) {
       ok = absl::SimpleAtoi(v, &cpu.threads);
     } else if (const char* v = value("--ordinal=")) {
@@ -160,7 +161,7 @@ int main(int argc, char** argv) {
   const bool gpu = device == "cuda" || device == "hip";
   if (fd < 0 || socket < 0 || (device != "cpu" && !gpu) || (gpu && ordinal < 0))
     return Fail("usage: replayd-executor --fd=N --socket=N --device=cpu [--memory_limit=B] [--threads=N] "
-                "[--address_space=B [--max_address_space=B]] | "
+                "[--address_space=B] | "
                 "--device=cuda --ordinal=N [--staging_bytes=B] | --device=hip --ordinal=N [--staging_bytes=B] "
                 "[--device_graph=auto|graph|stream]");
 
@@ -174,6 +175,13 @@ int main(int argc, char** argv) {
   const struct sched_param batch = {};
   if (sched_setscheduler(0, SCHED_BATCH, &batch) != 0)
     std::fprintf(stderr, "replayd-executor: no batch scheduling: %s\n", std::strerror(errno));
+  // The hard limit stays as inherited, so that the daemon may move the limit within it.
+  if (sandbox.address_space > 0) {
+    struct rlimit inherited;
+    if (getrlimit(RLIMIT_AS, &inherited) != 0) return Fail(std::string("RLIMIT_AS: ") + std::strerror(errno));
+    sandbox.max_address_space = inherited.rlim_max;
+    sandbox.address_space = std::min<uint64_t>(sandbox.address_space, inherited.rlim_max);
+  }
   sandbox.host_kernels = !gpu;
   absl::StatusOr<replayd::executor::SandboxReport> confined = replayd::executor::Confine(sandbox);
   if (!confined.ok()) return Fail(std::string(confined.status().message()));

@@ -35,7 +35,8 @@ absl::Status ConfineSystemCalls() {
            SCMP_SYS(brk), SCMP_SYS(mincore), SCMP_SYS(membarrier),
            // threads
            SCMP_SYS(set_robust_list), SCMP_SYS(rseq), SCMP_SYS(exit), SCMP_SYS(exit_group),
-           SCMP_SYS(sched_yield), SCMP_SYS(sched_getaffinity), SCMP_SYS(rt_sigprocmask), SCMP_SYS(rt_sigaction),
+           SCMP_SYS(sched_yield), SCMP_SYS(sched_getaffinity), SCMP_SYS(sched_getparam),
+           SCMP_SYS(sched_getscheduler), SCMP_SYS(rt_sigprocmask), SCMP_SYS(rt_sigaction),
            SCMP_SYS(rt_sigreturn), SCMP_SYS(sigaltstack),
            // time and randomness
            SCMP_SYS(clock_gettime), SCMP_SYS(clock_nanosleep), SCMP_SYS(nanosleep), SCMP_SYS(gettimeofday),

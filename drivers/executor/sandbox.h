@@ -4,8 +4,8 @@
 // inherits it.
 //
 // - no new privileges, no core files, an address space of at most `address_space` bytes
-//   (which the daemon may move up to `max_address_space` as its tenant's quota changes;
-//   the executor itself may not);
+//   (which the daemon may move up to `max_address_space` as its tenant's quota and
+//   contexts change; the executor itself may not);
 // - Landlock: files may only be read, and only beneath `readable` (the compile cache,
 //   where artifacts are) and the system's library directories (what a loaded artifact
 //   links against); nothing may be written, made or removed anywhere;

@@ -5,8 +5,12 @@
 // in a fresh executor.
 #include <gmock/gmock.h>
 
+#include <sys/resource.h>
+
+#include <algorithm>
 #include <fstream>
 
+#include "drivers/executor/executor_driver.h"
 #include "tests/integration/daemon_fixture.h"
 #include "tests/support/status_macros.h"
 #include "tests/support/tenants_file.h"
@@ -155,8 +159,8 @@ TEST_F(IsolationTest, ALaunchPastTheTimeLimitEndsItsExecutor) {
   ExpectProdReplaysRight(prod);
 }
 
-// A tenant's executor maps at most what its memory quota lets it hold, and a margin; the
-// kernel reads its own limit.
+// A tenant's executor maps at most what its memory quota lets it hold, a margin and room
+// for its one context; the kernel reads its own limit.
 TEST_F(IsolationTest, AnExecutorsAddressSpaceFollowsItsTenantsMemoryQuota) {
   constexpr char kProbe[] = R"(
 struct rlimit { unsigned long cur, max; };
@@ -179,11 +183,16 @@ void probe(unsigned long *out) {
   };
   auto devices = prod_->ListDevices();
   ASSERT_TRUE(devices.ok() && !devices->empty());
-  const uint64_t total = (*devices)[0].total_memory(), margin = uint64_t{4} << 30;
+  // The daemon's margin and one context's room; the hard limit is the daemon's own.
+  const uint64_t total = (*devices)[0].total_memory(),
+                 extra = (uint64_t{4} << 30) + executor::ExecutorDevice::kContextAddressSpace;
   ASSERT_GT(total, uint64_t{32} << 20);
+  struct rlimit inherited;
+  ASSERT_EQ(getrlimit(RLIMIT_AS, &inherited), 0);
+  const uint64_t hard = inherited.rlim_max;
   Client capped = As("capped-token");
-  EXPECT_EQ(limits(capped), (std::vector<uint64_t>{(uint64_t{32} << 20) + margin, total + margin}));
-  EXPECT_EQ(limits(*prod_), (std::vector<uint64_t>{total + margin, total + margin}));
+  EXPECT_EQ(limits(capped), (std::vector<uint64_t>{std::min<uint64_t>((uint64_t{32} << 20) + extra, hard), hard}));
+  EXPECT_EQ(limits(*prod_), (std::vector<uint64_t>{std::min<uint64_t>(total + extra, hard), hard}));
 }
 
 }  // namespace

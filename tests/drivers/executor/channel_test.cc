@@ -9,9 +9,13 @@
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
+#include <csignal>
 #include <cstring>
+#include <fstream>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -91,29 +95,50 @@ TEST(ChannelTest, RequestsInFlightAreTakenAndAnsweredInOrder) {
   serving.join();
 }
 
-// A request longer than a slot's area travels in the data area, whole.
+// The state letter of process `pid` ('S' sleeping, 'T' stopped, ...), or 0.
+char StateOf(pid_t pid) {
+  std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
+  std::string line;
+  std::getline(stat, line);
+  const size_t paren = line.rfind(')');
+  return paren == std::string::npos || paren + 2 >= line.size() ? 0 : line[paren + 2];
+}
+
 // Requests posted while the executor sleeps wake it once: the first clears what it sleeps
-// for, and the ones posted before it has run make no wake-up call.
+// for, and the ones posted before it has run make no wake-up call. The executor end is a
+// child process, asleep and then stopped while the daemon posts, so that it cannot run
+// between the posts on another core.
 TEST(ChannelTest, RequestsPostedToASleepingExecutorWakeItOnce) {
   ASSERT_OK_AND_ASSIGN(Channel daemon, Channel::Create());
-  ASSERT_OK_AND_ASSIGN(Channel executor, OtherEnd(daemon));
-  std::thread serving([&] {
+  const pid_t child = fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    absl::StatusOr<Channel> executor = OtherEnd(daemon);
+    if (!executor.ok()) _exit(2);
     for (int i = 0; i < 3; ++i) {
-      absl::StatusOr<uint64_t> n = executor.AwaitRequest([] { return false; });
-      ASSERT_TRUE(n.ok()) << n.status();
-      executor.PostReply(0);
+      if (!executor->AwaitRequest([] { return false; }).ok()) _exit(3);
+      executor->PostReply(0);
     }
-  });
-  absl::SleepFor(absl::Milliseconds(200));  // past any spin: the executor sleeps for request 1
+    _exit(0);
+  }
+  // Asleep on its futex for request 1 (past any spin), then stopped there.
+  for (int i = 0; i < 1000 && StateOf(child) != 'S'; ++i) absl::SleepFor(absl::Milliseconds(10));
+  absl::SleepFor(absl::Milliseconds(50));
+  ASSERT_EQ(StateOf(child), 'S');
+  ASSERT_EQ(kill(child, SIGSTOP), 0);
+  int status = 0;
+  ASSERT_EQ(waitpid(child, &status, WUNTRACED), child);
+  ASSERT_TRUE(WIFSTOPPED(status));
   uint32_t last = 0;
   for (int i = 0; i < 3; ++i) last = PostText(daemon, "launch " + std::to_string(i));
   EXPECT_EQ(daemon.wake_calls(), 1u);
+  ASSERT_EQ(kill(child, SIGCONT), 0);
   ASSERT_OK(daemon.AwaitReply(last, absl::Now() + absl::Seconds(10), [] { return false; }).status());
-  serving.join();
-  // The daemon slept for the last reply at most once, so at most one wake-up came back.
-  EXPECT_LE(executor.wake_calls(), 1u);
+  ASSERT_EQ(waitpid(child, &status, 0), child);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;
 }
 
+// A request longer than a slot's area travels in the data area, whole.
 TEST(ChannelTest, ARequestLongerThanItsSlotTravelsInTheDataArea) {
   ASSERT_OK_AND_ASSIGN(Channel daemon, Channel::Create());
   ASSERT_OK_AND_ASSIGN(Channel executor, OtherEnd(daemon));

@@ -7,6 +7,7 @@
 
 #include <gmock/gmock.h>
 #include <signal.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -505,24 +506,32 @@ std::pair<uint64_t, uint64_t> AddressSpaceOf(pid_t pid) {
     std::istringstream fields(line.substr(17));
     std::string soft, hard;
     fields >> soft >> hard;
-    uint64_t s = 0, h = 0;
-    if (!absl::SimpleAtoi(soft, &s) || !absl::SimpleAtoi(hard, &h)) return {0, 0};
-    return {s, h};
+    auto bytes = [](const std::string& text) -> uint64_t {
+      uint64_t b = 0;
+      if (text == "unlimited") return RLIM_INFINITY;
+      return absl::SimpleAtoi(text, &b) ? b : 0;
+    };
+    return {bytes(soft), bytes(hard)};
   }
   return {0, 0};
 }
 
-// A tenant's executor may map what its tenant may hold on the device and a margin: the
-// device's memory, or its memory quota where that is less; the limit follows the quota
-// the tenant has at each OpenContext, and no kernel can raise it.
+// A tenant's executor may map what its tenant may hold on the device, a margin, and room
+// for each context: the device's memory, or its memory quota where that is less; the
+// limit follows the quota and the contexts the tenant has at each OpenContext, within
+// the hard limit the executor inherits, and no kernel can raise it.
 TEST_F(ExecutorDriverTest, AnExecutorsAddressSpaceIsItsTenantsMemoryAndAMarginAndNoKernelRaisesIt) {
-  constexpr uint64_t kQuota = 16 << 20, kHard = kMemory + kAddressSpaceMargin;
+  constexpr uint64_t kQuota = 16 << 20, kContext = ExecutorDevice::kContextAddressSpace;
+  struct rlimit inherited;
+  ASSERT_EQ(getrlimit(RLIMIT_AS, &inherited), 0);
+  const uint64_t kHard = inherited.rlim_max;
+  ASSERT_GT(kHard, kMemory + kAddressSpaceMargin + 8 * kContext) << "the tests' own limit leaves no room";
   ContextOptions options{"a"};
   options.memory_quota = kQuota;
   ASSERT_OK_AND_ASSIGN(std::unique_ptr<Context> c, device_->OpenContext(options));
   ASSERT_NE(device_->ExecutorOf("a"), nullptr);
   const pid_t pid = device_->ExecutorOf("a")->pid();
-  EXPECT_EQ(AddressSpaceOf(pid), std::make_pair(kQuota + kAddressSpaceMargin, kHard));
+  EXPECT_EQ(AddressSpaceOf(pid), std::make_pair(kQuota + kAddressSpaceMargin + kContext, kHard));
 
   // The kernel sees the limit and cannot move it, by either call.
   const char* code = R"(
@@ -549,31 +558,54 @@ void probe(unsigned long *out) {
   ASSERT_OK(c->Launch(*k, args, {1, 1, 1}, {1, 1, 1}, true).status());
   uint64_t got[5];
   ASSERT_OK(c->Read(out, 0, {reinterpret_cast<uint8_t*>(got), sizeof(got)}));
-  EXPECT_EQ(got[0], kQuota + kAddressSpaceMargin);
+  EXPECT_EQ(got[0], kQuota + kAddressSpaceMargin + kContext);
   EXPECT_EQ(got[1], kHard);
   EXPECT_EQ(got[2], 0u) << "setrlimit raised the limit";
   EXPECT_EQ(got[3], 0u) << "prlimit raised the limit";
-  EXPECT_EQ(got[4], kQuota + kAddressSpaceMargin);
+  EXPECT_EQ(got[4], kQuota + kAddressSpaceMargin + kContext);
 
-  // The tenant's quota changes (a reloaded tenants file): its next context moves the limit.
+  // The tenant's quota changes (a reloaded tenants file): its next context moves the
+  // limit, with room for both contexts.
   options.memory_quota = 32 << 20;
   ASSERT_OK_AND_ASSIGN(std::unique_ptr<Context> c2, device_->OpenContext(options));
   EXPECT_EQ(device_->ExecutorOf("a")->pid(), pid);
-  EXPECT_EQ(AddressSpaceOf(pid), std::make_pair(uint64_t{32 << 20} + kAddressSpaceMargin, kHard));
+  EXPECT_EQ(AddressSpaceOf(pid), std::make_pair(uint64_t{32 << 20} + kAddressSpaceMargin + 2 * kContext, kHard));
   // No quota, or one past the device: the device's memory bounds it.
   options.memory_quota = 0;
   ASSERT_OK_AND_ASSIGN(std::unique_ptr<Context> c3, device_->OpenContext(options));
-  EXPECT_EQ(AddressSpaceOf(pid), std::make_pair(kHard, kHard));
+  EXPECT_EQ(AddressSpaceOf(pid), std::make_pair(kMemory + kAddressSpaceMargin + 3 * kContext, kHard));
   options.memory_quota = kMemory * 4;
   ASSERT_OK_AND_ASSIGN(std::unique_ptr<Context> c4, device_->OpenContext(options));
-  EXPECT_EQ(AddressSpaceOf(pid), std::make_pair(kHard, kHard));
+  EXPECT_EQ(AddressSpaceOf(pid), std::make_pair(kMemory + kAddressSpaceMargin + 4 * kContext, kHard));
   k.reset();
   c->Free(out);
 
   // Another tenant's executor has its own.
   ASSERT_OK_AND_ASSIGN(std::unique_ptr<Context> b, device_->OpenContext({"b"}));
   ASSERT_NE(device_->ExecutorOf("b"), nullptr);
-  EXPECT_EQ(AddressSpaceOf(device_->ExecutorOf("b")->pid()), std::make_pair(kHard, kHard));
+  EXPECT_EQ(AddressSpaceOf(device_->ExecutorOf("b")->pid()),
+            std::make_pair(kMemory + kAddressSpaceMargin + kContext, kHard));
+}
+
+// Each context takes room in its executor's address space (its channel, its thread's
+// stack): a tenant with no memory to speak of still opens many, and allocates in each.
+TEST_F(ExecutorDriverTest, ATenantsManyContextsEachHaveRoomInItsExecutor) {
+  ContextOptions options{"a"};
+  options.memory_quota = 1 << 20;
+  std::vector<std::unique_ptr<Context>> contexts;
+  // Past what the margin alone would hold: some 16 MiB of stack and channel each.
+  const size_t n = kAddressSpaceMargin / (16 << 20) + 40;
+  for (size_t i = 0; i < n; ++i) {
+    ASSERT_OK_AND_ASSIGN(std::unique_ptr<Context> c, device_->OpenContext(options));
+    ASSERT_OK_AND_ASSIGN(Allocation a, c->Allocate(1024));
+    const uint8_t byte = static_cast<uint8_t>(i);
+    ASSERT_OK(c->Write(a, 0, {&byte, 1}));
+    uint8_t back = 0;
+    ASSERT_OK(c->Read(a, 0, {&back, 1}));
+    ASSERT_EQ(back, byte);
+    c->Free(a);
+    contexts.push_back(std::move(c));
+  }
 }
 
 // The threads of an executor's process, or -1.
