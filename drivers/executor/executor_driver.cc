@@ -81,11 +81,11 @@ class ExecutorKernel : public Kernel {
 class ExecutorDeviceGraph : public DeviceGraph {
  public:
   ExecutorDeviceGraph(std::shared_ptr<Executor> executor, std::shared_ptr<Executor::Link> link, uint64_t id,
-                      std::span<const GraphNode> nodes, GraphSlots slots)
-      : executor_(std::move(executor)), link_(std::move(link)), id_(id), slots_(std::move(slots)),
-        values_(slots_.size()), pending_(nodes.size(), false),
+                      std::span<const GraphNode> nodes, GraphValues layout)
+      : executor_(std::move(executor)), link_(std::move(link)), id_(id), layout_(std::move(layout)),
+        values_(layout_.size()), pending_(nodes.size(), false),
         failures_seen_(link_->failures.load(std::memory_order_relaxed)) {
-    for (size_t i = 0; i < nodes.size(); ++i) slots_.Store(i, nodes[i].args, nodes[i].global, nodes[i].local, values_);
+    for (size_t i = 0; i < nodes.size(); ++i) layout_.Store(i, nodes[i].args, nodes[i].global, nodes[i].local, values_);
     sent_ = values_;
     for (const GraphNode& n : nodes)
       if (!n.is_copy()) {
@@ -102,9 +102,9 @@ class ExecutorDeviceGraph : public DeviceGraph {
   }
 
   absl::Status Update(size_t node, std::span<const ArgValue> args, const Dim3& global, const Dim3& local) override {
-    if (node >= slots_.nodes() || args.size() != slots_.end(node) - slots_.first(node) - GraphSlots::kDimSlots)
+    if (node >= layout_.nodes() || args.size() != layout_.end(node) - layout_.first(node) - GraphValues::kDimValues)
       return absl::InvalidArgumentError(absl::StrCat("device graph update of node ", node, " does not fit"));
-    slots_.Store(node, args, global, local, values_);
+    layout_.Store(node, args, global, local, values_);
     if (!pending_[node]) {
       pending_[node] = true;
       pending_nodes_.push_back(node);
@@ -128,11 +128,11 @@ class ExecutorDeviceGraph : public DeviceGraph {
       sent_ = values_;
     } else {
       for (size_t node : pending_nodes_)
-        for (size_t slot = slots_.first(node); slot < slots_.end(node); ++slot)
-          if (values_[slot] != sent_[slot]) {
-            launch->add_update_slots(static_cast<uint32_t>(slot));
-            launch->add_update_values(values_[slot]);
-            sent_[slot] = values_[slot];
+        for (size_t i = layout_.first(node); i < layout_.end(node); ++i)
+          if (values_[i] != sent_[i]) {
+            launch->add_update_indexes(static_cast<uint32_t>(i));
+            launch->add_update_values(values_[i]);
+            sent_[i] = values_[i];
           }
     }
     std::optional<absl::Duration> time;
@@ -158,9 +158,9 @@ class ExecutorDeviceGraph : public DeviceGraph {
   const std::shared_ptr<Executor> executor_;
   const std::shared_ptr<Executor::Link> link_;
   const uint64_t id_;
-  const GraphSlots slots_;
-  std::vector<uint64_t> values_;  // every slot, as the engine last set it
-  std::vector<uint64_t> sent_;    // every slot, as the launches posted so far set it
+  const GraphValues layout_;
+  std::vector<uint64_t> values_;  // every value, as the engine last set it
+  std::vector<uint64_t> sent_;    // every value, as the launches posted so far set it
   std::vector<bool> pending_;     // updated since the last launch that succeeded
   std::vector<size_t> pending_nodes_;
   bool resync_ = false;
@@ -333,11 +333,11 @@ class ExecutorContext : public Context {
     }
     std::vector<size_t> arg_counts;
     for (const GraphNode& n : nodes) arg_counts.push_back(n.args.size());
-    absl::StatusOr<GraphSlots> slots = GraphSlots::For(arg_counts);
-    if (!slots.ok()) return slots.status();
+    absl::StatusOr<GraphValues> layout = GraphValues::For(arg_counts);
+    if (!layout.ok()) return layout.status();
     absl::StatusOr<Reply> reply = executor_->Call(*link_, r, "building a device graph");
     if (!reply.ok()) return reply.status();
-    return std::make_unique<ExecutorDeviceGraph>(executor_, link_, reply->value(), nodes, *std::move(slots));
+    return std::make_unique<ExecutorDeviceGraph>(executor_, link_, reply->value(), nodes, *std::move(layout));
   }
 
   bool wants_edges() const override { return link_->wants_edges; }

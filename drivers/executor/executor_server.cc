@@ -243,14 +243,14 @@ absl::Status ContextServer::RunGraphCommand(const Request& request, Reply& reply
         return absl::InvalidArgumentError("executor: an edge names no node");
       edges.emplace_back(in.edge_from(i), in.edge_to(i));
     }
-    absl::StatusOr<GraphSlots> slots = GraphSlots::For(arg_counts);
-    if (!slots.ok()) return slots.status();
+    absl::StatusOr<GraphValues> layout = GraphValues::For(arg_counts);
+    if (!layout.ok()) return layout.status();
     absl::StatusOr<std::unique_ptr<DeviceGraph>> graph = context_->Instantiate(nodes, edges);
     if (!graph.ok()) return graph.status();
-    std::vector<uint64_t> values(slots->size());
-    for (size_t i = 0; i < nodes.size(); ++i) slots->Store(i, nodes[i].args, nodes[i].global, nodes[i].local, values);
+    std::vector<uint64_t> values(layout->size());
+    for (size_t i = 0; i < nodes.size(); ++i) layout->Store(i, nodes[i].args, nodes[i].global, nodes[i].local, values);
     const uint64_t id = next_id_++;
-    graphs_.insert_or_assign(id, GraphState{std::move(*graph), *std::move(slots), std::move(values),
+    graphs_.insert_or_assign(id, GraphState{std::move(*graph), *std::move(layout), std::move(values),
                                             std::vector<bool>(nodes.size(), false)});
     reply.set_value(id);
     return absl::OkStatus();
@@ -264,24 +264,24 @@ absl::Status ContextServer::RunGraphCommand(const Request& request, Reply& reply
   }
   GraphState& g = it->second;
   const GraphLaunch& launch = request.graph_launch();
-  const auto& slots = launch.update_slots();
+  const auto& indexes = launch.update_indexes();
   const auto& values = launch.update_values();
   // Every value is checked before any is set: a launch that does not fit changes nothing.
   updated_nodes_.clear();
   if (launch.all()) {
-    if (!slots.empty() || static_cast<size_t>(values.size()) != g.values.size())
+    if (!indexes.empty() || static_cast<size_t>(values.size()) != g.values.size())
       return absl::InvalidArgumentError(
           absl::StrCat("executor: ", values.size(), " values for a graph of ", g.values.size()));
     std::copy(values.begin(), values.end(), g.values.begin());
-    for (size_t node = 0; node < g.slots.nodes(); ++node) updated_nodes_.push_back(node);
+    for (size_t node = 0; node < g.layout.nodes(); ++node) updated_nodes_.push_back(node);
   } else {
-    if (slots.size() != values.size()) return absl::InvalidArgumentError("executor: updates without their values");
-    for (uint32_t slot : slots)
-      if (slot >= g.values.size())
-        return absl::InvalidArgumentError(absl::StrCat("executor: an update of slot ", slot, " does not fit"));
-    for (int i = 0; i < slots.size(); ++i) {
-      g.values[slots[i]] = values[i];
-      const size_t node = g.slots.node_of(slots[i]);
+    if (indexes.size() != values.size()) return absl::InvalidArgumentError("executor: updates without their values");
+    for (uint32_t index : indexes)
+      if (index >= g.values.size())
+        return absl::InvalidArgumentError(absl::StrCat("executor: an update of value ", index, " does not fit"));
+    for (int i = 0; i < indexes.size(); ++i) {
+      g.values[indexes[i]] = values[i];
+      const size_t node = g.layout.node_of(indexes[i]);
       if (!g.updated[node]) {
         g.updated[node] = true;
         updated_nodes_.push_back(node);
@@ -292,7 +292,7 @@ absl::Status ContextServer::RunGraphCommand(const Request& request, Reply& reply
   for (size_t node : updated_nodes_) {
     g.updated[node] = false;
     Dim3 global, local;
-    g.slots.Load(node, g.values, update_args_, global, local);
+    g.layout.Load(node, g.values, update_args_, global, local);
     if (updated.ok()) updated = g.graph->Update(node, update_args_, global, local);
   }
   if (!updated.ok()) return updated;

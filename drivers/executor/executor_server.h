@@ -53,8 +53,8 @@ class ContextServer {
  private:
   struct GraphState {
     std::unique_ptr<DeviceGraph> graph;
-    GraphSlots slots;
-    std::vector<uint64_t> values;  // every slot, as the launches so far set it
+    GraphValues layout;
+    std::vector<uint64_t> values;  // every value, as the launches so far set it
     std::vector<bool> updated;     // per node: set by the launch being read
   };
   absl::Status Run(const Request& request, std::span<uint8_t> data, Reply& reply);

@@ -62,20 +62,20 @@ inline ProgramSource FromWire(const executor::Load& load) {
 }
 
 // Where a device graph's values are in a launch's updates (GraphLaunch in executor.proto):
-// each node's arguments, then its global and local sizes, the nodes in order. A slot is a
-// value's index there.
-class GraphSlots {
+// each node's arguments, then its global and local sizes, the nodes in order; a value is
+// named by its index there.
+class GraphValues {
  public:
-  static constexpr size_t kDimSlots = 6;  // global x, y, z, then local
+  static constexpr size_t kDimValues = 6;  // global x, y, z, then local
 
-  // For nodes with these argument counts; INVALID_ARGUMENT past 2^32 slots.
-  static absl::StatusOr<GraphSlots> For(std::span<const size_t> arg_counts) {
-    GraphSlots s;
+  // For nodes with these argument counts; INVALID_ARGUMENT past 2^32 values.
+  static absl::StatusOr<GraphValues> For(std::span<const size_t> arg_counts) {
+    GraphValues s;
     s.first_.reserve(arg_counts.size() + 1);
     uint64_t next = 0;
     for (size_t n : arg_counts) {
       s.first_.push_back(next);
-      next += n + kDimSlots;
+      next += n + kDimValues;
       if (next > UINT32_MAX) return absl::InvalidArgumentError("a device graph of more than 2^32 values");
     }
     s.first_.push_back(next);
@@ -87,9 +87,9 @@ class GraphSlots {
 
   size_t size() const { return node_of_.size(); }
   size_t nodes() const { return first_.size() - 1; }
-  size_t first(size_t node) const { return first_[node]; }  // its first slot
+  size_t first(size_t node) const { return first_[node]; }  // its first value's index
   size_t end(size_t node) const { return first_[node + 1]; }  // past its last
-  size_t node_of(size_t slot) const { return node_of_[slot]; }
+  size_t node_of(size_t index) const { return node_of_[index]; }
 
   // Node `node`'s values into `values` (size() of them).
   void Store(size_t node, std::span<const ArgValue> args, const Dim3& global, const Dim3& local,
@@ -103,7 +103,7 @@ class GraphSlots {
   void Load(size_t node, std::span<const uint64_t> values, std::vector<ArgValue>& args, Dim3& global,
             Dim3& local) const {
     const uint64_t* v = values.data() + first_[node];
-    args.resize(end(node) - first_[node] - kDimSlots);
+    args.resize(end(node) - first_[node] - kDimValues);
     for (ArgValue& a : args) a.address = *v++;
     for (uint64_t& d : global) d = *v++;
     for (uint64_t& d : local) d = *v++;
@@ -111,7 +111,7 @@ class GraphSlots {
 
  private:
   std::vector<uint64_t> first_;    // per node, and the total at the end
-  std::vector<uint32_t> node_of_;  // per slot
+  std::vector<uint32_t> node_of_;  // per value
 };
 
 inline void SetTime(const std::optional<absl::Duration>& t, Reply& reply) {

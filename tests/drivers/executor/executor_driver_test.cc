@@ -337,8 +337,8 @@ TEST_F(ExecutorDriverTest, AfterAGraphLaunchRefusedPartWayTheNextSendsTheWholeGr
   c->Free(y);
 }
 
-// The executor's end of a graph launch: slots past the graph, values without their slots,
-// or a whole graph of the wrong size are refused before any value is set.
+// The executor's end of a graph launch: indexes past the graph, values without their
+// indexes, or a whole graph of the wrong size are refused before any value is set.
 TEST(ContextServerTest, AGraphLaunchThatDoesNotFitIsRefusedAndChangesNothing) {
   CpuDriverOptions cpu;
   cpu.memory_limit = kMemory;
@@ -365,7 +365,7 @@ TEST(ContextServerTest, AGraphLaunchThatDoesNotFitIsRefusedAndChangesNothing) {
   };
   for (int i = 0; i < 16; ++i) data[i] = static_cast<uint8_t>(i + 1);
   ASSERT_EQ(transfer(true, x.value()), 0);
-  Request instantiate;  // y <- x: 2 arguments and 6 sizes, slots 0 to 7
+  Request instantiate;  // y <- x: 2 arguments and 6 sizes, values 0 to 7
   Node* n = instantiate.mutable_instantiate()->add_nodes();
   n->add_args(y.value());
   n->add_args(x.value());
@@ -373,23 +373,23 @@ TEST(ContextServerTest, AGraphLaunchThatDoesNotFitIsRefusedAndChangesNothing) {
   n->set_copy_bytes(16);
   const Reply g = run(instantiate);
   ASSERT_EQ(g.code(), 0) << g.message();
-  auto launch = [&](std::vector<uint32_t> slots, std::vector<uint64_t> values, bool all = false) {
+  auto launch = [&](std::vector<uint32_t> indexes, std::vector<uint64_t> values, bool all = false) {
     Request r;
     GraphLaunch* l = r.mutable_graph_launch();
     l->set_graph(g.value());
     l->set_wait(true);
     l->set_all(all);
-    l->mutable_update_slots()->Add(slots.begin(), slots.end());
+    l->mutable_update_indexes()->Add(indexes.begin(), indexes.end());
     l->mutable_update_values()->Add(values.begin(), values.end());
     return run(r);
   };
   const int kInvalid = static_cast<int>(absl::StatusCode::kInvalidArgument);
-  EXPECT_EQ(launch({8}, {z.value()}).code(), kInvalid) << "a slot past the graph";
-  EXPECT_EQ(launch({0, UINT32_MAX}, {z.value(), 0}).code(), kInvalid) << "a good slot, then one past the graph";
-  EXPECT_EQ(launch({0, 1}, {z.value()}).code(), kInvalid) << "a slot without its value";
-  EXPECT_EQ(launch({}, std::vector<uint64_t>(7, 1), true).code(), kInvalid) << "7 values for 8 slots";
-  EXPECT_EQ(launch({0}, std::vector<uint64_t>(8, 1), true).code(), kInvalid) << "slots with the whole graph";
-  // None of those set slot 0 (the destination): the copy still lands in y, not z.
+  EXPECT_EQ(launch({8}, {z.value()}).code(), kInvalid) << "an index past the graph";
+  EXPECT_EQ(launch({0, UINT32_MAX}, {z.value(), 0}).code(), kInvalid) << "a good index, then one past the graph";
+  EXPECT_EQ(launch({0, 1}, {z.value()}).code(), kInvalid) << "an index without its value";
+  EXPECT_EQ(launch({}, std::vector<uint64_t>(7, 1), true).code(), kInvalid) << "7 values for 8";
+  EXPECT_EQ(launch({0}, std::vector<uint64_t>(8, 1), true).code(), kInvalid) << "indexes with the whole graph";
+  // None of those set value 0 (the destination): the copy still lands in y, not z.
   const Reply ran = launch({}, {});
   ASSERT_EQ(ran.code(), 0) << ran.message();
   ASSERT_EQ(transfer(false, z.value()), 0);
@@ -417,7 +417,7 @@ TEST_F(ExecutorDriverTest, LongGraphRequestsTravelInTheDataAreaAndTransfersWaitF
   ASSERT_OK_AND_ASSIGN(Allocation y, c->Allocate(4 * 4));
   const float zeros[4] = {0, 0, 0, 0};
   ASSERT_OK(c->Write(x, 0, {reinterpret_cast<const uint8_t*>(zeros), sizeof(zeros)}));
-  // Some 20 bytes a node to build, and 4 (a slot and a value) to patch one value of
+  // Some 20 bytes a node to build, and 4 (an index and a value) to patch one value of
   // each: both past a 64 KiB slot.
   constexpr size_t kNodes = 20000;
   ArgValue args[2];
