@@ -41,7 +41,7 @@ void Dispatcher::ReleaseInlineSlot() {
   inline_free_.fetch_add(1, std::memory_order_release);
 }
 
-absl::Status Dispatcher::HandOff(const std::string& tenant, std::function<void()> task) {
+absl::Status Dispatcher::HandOff(const std::string& tenant, Task task) {
   last_handoff_ns_.store(SteadyNowNs(), std::memory_order_relaxed);
   {
     absl::MutexLock lock(&workers_mu_);
@@ -53,11 +53,18 @@ absl::Status Dispatcher::HandOff(const std::string& tenant, std::function<void()
     }
     ++held;
   }
-  // The worker gives its count back after the task, which may end the call; the
-  // dispatcher outlives its workers (pool_ is destroyed first).
+  // The count is given back when the task says it is done, or after it: the task may
+  // end the call, so nothing of it is used then. The dispatcher outlives its workers
+  // (pool_ is destroyed first).
   if (pool_.Run([this, tenant, task = std::move(task)] {
-        task();
-        ReleaseWorker(tenant);
+        bool released = false;
+        const std::function<void()> done = [&] {
+          if (released) return;
+          released = true;
+          ReleaseWorker(tenant);
+        };
+        task(done);
+        done();
       }))
     return absl::OkStatus();
   ReleaseWorker(tenant);

@@ -60,7 +60,11 @@ class Dispatcher {
   // Runs `task`, an operation of `tenant`, on a worker; operations go to workers for
   // kBusyNs after, whether or not it is refused. RESOURCE_EXHAUSTED, and `task` dropped
   // unrun, when `workers` are all busy or `tenant`'s operations hold `workers_per_tenant`.
-  absl::Status HandOff(const std::string& tenant, std::function<void()> task);
+  // The operation counts against `tenant` until `task` calls the `done` it is given (at
+  // most once), or else until it returns: a task calls it before it sends its reply, so
+  // that the tenant's next operation, sent on that reply, finds its worker free.
+  using Task = std::function<void(const std::function<void()>& done)>;
+  absl::Status HandOff(const std::string& tenant, Task task);
 
   // Counts an operation as running, for the quiet rule, while it lives: every operation,
   // inline or on a worker, runs inside one.

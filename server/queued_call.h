@@ -153,18 +153,22 @@ class UnaryCall final : public QueuedCall {
     }
     // The tenant is needed to count its workers; a caller without one takes none.
     absl::StatusOr<std::shared_ptr<const Tenant>> caller = host_.auth.Authenticate(context_);
-    absl::Status s = caller.ok() ? dispatcher.HandOff((*caller)->name, [this] { Run(); }) : caller.status();
+    absl::Status s = caller.ok() ? dispatcher.HandOff((*caller)->name,
+                                                      [this](const std::function<void()>& done) { Run(done); })
+                                 : caller.status();
     if (s.ok()) return;
     state_ = State::kReplying;
     responder_.Finish(reply_, ToGrpc(s), &finish_);
   }
 
-  void Run() {
+  // On a worker, `done` gives the tenant's worker back before the reply goes out.
+  void Run(const std::function<void()>& done = nullptr) {
     grpc::Status status;
     {
       Dispatcher::RunningOperation running(host_.dispatcher);
       status = (host_.service.*handler_)(&context_, &request_, &reply_);
     }
+    if (done) done();
     state_ = State::kReplying;
     responder_.Finish(reply_, status, &finish_);
   }
@@ -256,7 +260,9 @@ class UploadCall final : public QueuedCall {
       return;
     }
     absl::StatusOr<std::shared_ptr<const Tenant>> caller = host_.auth.Authenticate(context_);
-    absl::Status s = caller.ok() ? dispatcher.HandOff((*caller)->name, [this] { Take(); }) : caller.status();
+    absl::Status s =
+        caller.ok() ? dispatcher.HandOff((*caller)->name, [this](const std::function<void()>&) { Take(); })
+                    : caller.status();
     if (!s.ok()) Fail(ToGrpc(s));
   }
 

@@ -464,7 +464,7 @@ class StreamCall final : public QueuedCall, public ReplySink {
   // the turn is given up.
   void HandOff(Io& io) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     ++refs_;  // the worker's, released after its Drain
-    absl::Status handed = host_.dispatcher.HandOff(runner_->tenant(), [this] {
+    absl::Status handed = host_.dispatcher.HandOff(runner_->tenant(), [this](const std::function<void()>&) {
       Drain(/*inline_slot=*/false);
       Release();
     });

@@ -7,6 +7,7 @@
 #include <atomic>
 
 #include "absl/synchronization/notification.h"
+#include "server/dispatch.h"
 #include "absl/time/clock.h"
 
 namespace replayd {
@@ -61,6 +62,52 @@ TEST(WorkerPoolTest, TheDestructorWaitsForTheTasksGiven) {
       }));
   }
   EXPECT_EQ(finished, 4);
+}
+
+// A tenant allowed one worker may send its next operation as soon as the last one is
+// done: the count is given back before the reply, not after the worker has wound down.
+TEST(DispatcherTest, ATenantsWorkerIsFreeForItsNextOperationOnceTheLastIsDone) {
+  absl::Notification release_first, release_third;
+  Dispatcher dispatcher(/*inline_slots=*/1, /*workers=*/4, /*workers_per_tenant=*/1);
+  // Let the blocked tasks go before the dispatcher waits for them, however the test ends.
+  struct Release {
+    absl::Notification* n[2];
+    ~Release() {
+      for (absl::Notification* x : n)
+        if (!x->HasBeenNotified()) x->Notify();
+    }
+  } release{{&release_first, &release_third}};
+  absl::Notification answered, second_ran;
+  ASSERT_TRUE(dispatcher
+                  .HandOff("alice",
+                           [&](const std::function<void()>& done) {
+                             done();  // as a unary call does before its reply
+                             answered.Notify();
+                             release_first.WaitForNotification();  // still winding down
+                           })
+                  .ok());
+  answered.WaitForNotification();
+  EXPECT_TRUE(dispatcher
+                  .HandOff("alice",
+                           [&](const std::function<void()>& done) {
+                             done();
+                             second_ran.Notify();
+                           })
+                  .ok());
+  EXPECT_TRUE(second_ran.WaitForNotificationWithTimeout(absl::Seconds(30)));
+  // A task that does not say it is done holds the tenant's worker until it returns.
+  absl::Notification holding;
+  ASSERT_TRUE(dispatcher
+                  .HandOff("alice",
+                           [&](const std::function<void()>&) {
+                             holding.Notify();
+                             release_third.WaitForNotification();
+                           })
+                  .ok());
+  holding.WaitForNotification();
+  EXPECT_EQ(dispatcher.HandOff("alice", [](const std::function<void()>&) {}).code(),
+            absl::StatusCode::kResourceExhausted);
+  EXPECT_TRUE(dispatcher.HandOff("bob", [](const std::function<void()>&) {}).ok()) << "another tenant has its own";
 }
 
 }  // namespace
