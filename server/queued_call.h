@@ -261,17 +261,20 @@ class UploadCall final : public QueuedCall {
     }
     absl::StatusOr<std::shared_ptr<const Tenant>> caller = host_.auth.Authenticate(context_);
     absl::Status s =
-        caller.ok() ? dispatcher.HandOff((*caller)->name, [this](const std::function<void()>&) { Take(); })
+        caller.ok() ? dispatcher.HandOff((*caller)->name, [this](const std::function<void()>& done) { Take(done); })
                     : caller.status();
     if (!s.ok()) Fail(ToGrpc(s));
   }
 
-  void Take() {
+  // On a worker, `done` gives the tenant's worker back before the next read starts (whose
+  // chunk may come at once and need a worker) or the failure is sent.
+  void Take(const std::function<void()>& done = nullptr) {
     grpc::Status status;
     {
       Dispatcher::RunningOperation running(host_.dispatcher);
       status = upload_.Take(context_, request_);
     }
+    if (done) done();
     if (status.ok()) {
       ReadNext();
     } else {
