@@ -44,7 +44,7 @@ SOURCES
                   apt-get "${apt_options[@]}" source --download-only abseil >/dev/null; })
   (cd "$src" && dpkg-source -x ./*.dsc tree >/dev/null)
   CC=$cc CXX=$clang cmake -S "$src/tree" -B "$src/build" -DCMAKE_BUILD_TYPE=RelWithDebInfo \
-    -DCMAKE_CXX_STANDARD=20 -DABSL_PROPAGATE_CXX_STD=ON -DCMAKE_POSITION_INDEPENDENT_CODE=ON \
+    -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -gline-tables-only -DNDEBUG" -DCMAKE_CXX_STANDARD=20 -DABSL_PROPAGATE_CXX_STD=ON -DCMAKE_POSITION_INDEPENDENT_CODE=ON \
     -DBUILD_TESTING=OFF -DCMAKE_CXX_FLAGS="-fsanitize=thread" -DCMAKE_INSTALL_PREFIX="$absl_prefix" >/dev/null
   cmake --build "$src/build" -j "$(nproc)" >/dev/null
   cmake --install "$src/build" >/dev/null
