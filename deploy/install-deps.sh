@@ -13,7 +13,7 @@ packages=(
   clang-16 libclang-rt-16-dev
   # the sanitized tests: readable reports, and Abseil's source for ThreadSanitizer (tests/tsan.sh)
   llvm-16 dpkg-dev
-  python3-grpcio python3-protobuf python3-numpy python3-pytest
+  python3-grpcio python3-protobuf python3-numpy python3-pytest python3-dev
   # the deployment files' checks (tests/deploy)
   systemd yamllint python3-yaml
   libcpp-httplib-dev prometheus

@@ -127,7 +127,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     ap.add_argument("--placement", choices=["split", "any"], default="split",
                     help="split: clients on core 0, the daemon on core 1; any: left to the scheduler")
     ap.add_argument("--build", default=str(ROOT / "build"), help="the build directory")
-    ap.add_argument("--child", choices=["direct", "threaded"], help=argparse.SUPPRESS)
+    ap.add_argument("--child", choices=["native", "direct", "threaded"], help=argparse.SUPPRESS)
     ap.add_argument("--target", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.child:

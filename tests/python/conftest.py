@@ -21,6 +21,7 @@ from typing import Iterator, List, Optional
 import pytest
 
 import replayd
+import replayd.stream
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -118,9 +119,20 @@ def daemon() -> Iterator[Daemon]:
     d.stop()
 
 
-@pytest.fixture(scope="session", params=["direct", "threaded"])
+TRANSPORTS = ["native", "direct", "threaded"]
+
+
+def require_transport(transport: str) -> None:
+    """Skips a test of the native transport where the package was built without it (no
+    Python headers); a build with them always has it."""
+    if transport == "native" and not replayd.stream.native_available():
+        pytest.skip("the native transport (replayd._transport) was not built: no Python headers (python3-dev)")
+
+
+@pytest.fixture(scope="session", params=TRANSPORTS)
 def any_client(request: pytest.FixtureRequest, daemon: Daemon) -> Iterator[replayd.Client]:
     """A client over each stream transport."""
+    require_transport(request.param)
     with replayd.connect(daemon.address, transport=request.param) as c:
         yield c
 

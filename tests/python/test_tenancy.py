@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 import replayd
-from conftest import STEP, Daemon, tenant
+from conftest import STEP, TRANSPORTS, Daemon, require_transport, tenant
 
 TENANTS = (tenant("alice", "alice-token", "trusted: true\n  quotas { memory_bytes: 8388608 }")
            + tenant("bob", "bob-token", 'trusted: false\n  formats: "cuda-c"')
@@ -38,8 +38,9 @@ def test_a_missing_or_unknown_token_is_unauthenticated(tenant_daemon):
             c.session("cpu:0")
 
 
-@pytest.mark.parametrize("transport", ["direct", "threaded"])
+@pytest.mark.parametrize("transport", TRANSPORTS)
 def test_a_tenant_with_its_token_captures_and_replays(tenant_daemon, transport):
+    require_transport(transport)
     with replayd.connect(tenant_daemon.address, token="alice-token", transport=transport) as c:
         assert any(d.id == "cpu:0" for d in c.devices())
         with c.session("cpu:0") as s:

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 import replayd
-from conftest import ROOT, STEP, Daemon, make_certificates
+from conftest import ROOT, STEP, Daemon, make_certificates, require_transport
 
 
 @pytest.fixture(scope="module")
@@ -24,8 +24,10 @@ def certificates(tmp_path_factory):
     return d
 
 
+@pytest.mark.parametrize("transport", ["native", "direct"])
 @pytest.mark.parametrize("mutual", [False, True])
-def test_tls_and_mutual_tls(certificates, mutual):
+def test_tls_and_mutual_tls(certificates, mutual, transport):
+    require_transport(transport)
     c = certificates
     args = [f"--tls_cert={c / 'server.pem'}", f"--tls_key={c / 'server.key'}"]
     if mutual:
@@ -33,7 +35,7 @@ def test_tls_and_mutual_tls(certificates, mutual):
     d = Daemon(args)
     try:
         tls = replayd.TLS(root_ca=c / "ca.pem", cert=c / "client.pem", key=(c / "client.key").read_bytes())
-        with replayd.connect(d.address, tls=tls) as client, client.session("cpu:0") as s:
+        with replayd.connect(d.address, tls=tls, transport=transport) as client, client.session("cpu:0") as s:
             step = s.program(STEP, "step", "inout,int32,int32")
             x = s.array(np.ones(4, np.float32), name="x")
             with s.capture(inputs=[x], pos=(1, 4)) as cap:

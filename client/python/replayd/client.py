@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import threading
 import weakref
 from pathlib import Path
 from typing import List, Optional, Sequence, Tuple, Union
@@ -22,7 +23,7 @@ _MAX_MESSAGE_BYTES = 20 << 20
 PemSource = Union[bytes, str, Path]
 
 # How a session's stream is carried (replayd.stream); see `connect`.
-TRANSPORTS = ("auto", "direct", "threaded")
+TRANSPORTS = ("auto", "native", "direct", "threaded")
 
 
 def _pem(source: Optional[PemSource]) -> Optional[bytes]:
@@ -106,14 +107,18 @@ class Client:
         """A client of the daemon at `target` ("127.0.0.1:7070"); see `connect`.
         `options` are extra gRPC channel arguments."""
         if transport not in TRANSPORTS:
-            raise errors.InvalidArgument(f"transport {transport!r}: auto, direct or threaded")
+            raise errors.InvalidArgument(f"transport {transport!r}: auto, native, direct or threaded")
         if token is None:
             token = os.environ.get("REPLAYD_TOKEN") or None
         channel_options = [("grpc.max_send_message_length", _MAX_MESSAGE_BYTES),
                            ("grpc.max_receive_message_length", _MAX_MESSAGE_BYTES),
                            *options]
+        self._tls: Optional[TLS] = (tls if isinstance(tls, TLS) else TLS()) if tls else None
+        self._channel_options = channel_options[:]
+        self._native: Optional[object] = None  # the native transport's channel, made on first use
+        self._native_lock = threading.Lock()
         if tls:
-            tls = tls if isinstance(tls, TLS) else TLS()
+            tls = self._tls
             if tls.server_name:
                 channel_options.append(("grpc.ssl_target_name_override", tls.server_name))
             credentials = tls.credentials()
@@ -162,6 +167,22 @@ class Client:
         self._sessions.add(s)
         return s
 
+    def _native_channel(self) -> object:
+        """The native transport's channel (replayd._transport.Channel) to the daemon: its
+        own connection, with this client's TLS and channel options, made on first use."""
+        with self._native_lock:
+            if self._native is None:
+                from . import _transport
+                tls = self._tls
+                options = tuple((k, v) for k, v in self._channel_options if isinstance(v, (int, str)))
+                if tls is None:
+                    self._native = _transport.Channel(self.target, options=options)
+                else:
+                    self._native = _transport.Channel(
+                        self.target, tls=True, root_ca=_pem(tls.root_ca), cert=_pem(tls.cert), key=_pem(tls.key),
+                        server_name=tls.server_name, options=options)
+            return self._native
+
     @property
     def closed(self) -> bool:
         return self._closed
@@ -178,6 +199,7 @@ class Client:
                 pass
         self._closed = True
         self._channel.close()
+        self._native = None
 
     def __enter__(self) -> "Client":
         return self
@@ -203,9 +225,11 @@ def connect(target: str = "127.0.0.1:7070", token: Optional[str] = None,
     with the daemon's CA (and this client's certificate and key for mutual TLS).
     `window`: operations a session's stream may have outstanding before `replay_async`
     first reads the oldest reply.
-    `transport`: how sessions' streams are carried (replayd.stream): "direct" (the calling
-    thread drives the call: no thread hop per round trip), "threaded" (grpcio's public
-    streaming API) or "auto" (direct where grpcio allows it).
+    `transport`: how sessions' streams are carried (replayd.stream): "native" (gRPC's C++
+    library, driven by the calling thread; built with the package where Python's headers
+    are), "direct" (grpcio's internal layer, driven by the calling thread), "threaded"
+    (grpcio's public streaming API, two thread hops per round trip) or "auto" (the first of
+    these available).
     """
     return Client(target, token=token, tls=tls, window=window, transport=transport)
 

@@ -160,7 +160,7 @@ class Daemons:
         if isinstance(probe_timeout, bool) or not isinstance(probe_timeout, (int, float)) or not probe_timeout > 0:
             raise errors.InvalidArgument(f"probe timeout {probe_timeout!r}: not a positive number of seconds")
         if transport not in TRANSPORTS:
-            raise errors.InvalidArgument(f"transport {transport!r}: auto, direct or threaded")
+            raise errors.InvalidArgument(f"transport {transport!r}: auto, native, direct or threaded")
         self.targets: Tuple[str, ...] = tuple(targets)
         self.probe_timeout = float(probe_timeout)
         self._token = token if token is not None else os.environ.get("REPLAYD_TOKEN") or None

@@ -566,7 +566,8 @@ class Session:
         with self._lock:
             self._check_open()
             if self._stream is None or not self._stream.healthy():
-                transport = open_transport(self.client._channel, self._metadata, self.client.transport)
+                transport = open_transport(self.client._channel, self._metadata, self.client.transport,
+                                           self.client._native_channel)
                 self._stream = SessionStream(transport, self.id, self._window)
                 self._box[0] = self._stream
             return self._stream

@@ -8,7 +8,12 @@ past that, `submit` reads replies on the calling thread until one completes. Aft
 that failed, the next request sent carries `resume`, so each operation issued after an
 error runs (the daemon answers the ones already queued behind it ABORTED).
 
-Two transports carry the stream:
+Three transports carry the stream:
+- `NativeTransport` drives the call through gRPC's C++ library (the package's `_transport`
+  module, built with it where Python's headers are) from the thread that holds the read
+  turn, on a completion queue of the call's own, with the GIL released while it waits:
+  as the C++ client's stream, without grpcio's per-message cost. Its own connection to the
+  daemon, beside the one grpcio keeps for the other calls.
 - `DirectTransport` drives the gRPC call from the thread that holds the read turn, on a
   completion queue of the call's own (grpcio's single-threaded call, as its blocking unary
   calls use): a round trip costs no thread hop. It uses grpcio's internal `cygrpc` layer.
@@ -182,13 +187,58 @@ class DirectTransport:
         return True
 
 
-def open_transport(channel: grpc.Channel, metadata: Metadata, kind: str) -> Any:
-    """A transport of `kind`: "direct", "threaded", or "auto" (direct when grpcio's
-    internal layer is as expected)."""
+class NativeTransport:
+    """The stream as one call of gRPC's C++ library (replayd._transport), polled by
+    whichever thread holds the stream's read turn. As DirectTransport: one send and one
+    receive outstanding at a time, a receive armed with the send of a round trip."""
+
+    name = "native"
+
+    def __init__(self, channel: Any, metadata: Metadata) -> None:
+        from . import _transport
+        self._ended = _transport.Ended
+        self._call = channel.call(SESSION_METHOD, tuple(metadata) if metadata else None)
+        self.can_send = self._call.can_send
+        self.receive_armed = self._call.receive_armed
+        self.arm_receive = self._call.arm_receive
+        self.close = self._call.close
+        self.cancel = self._call.cancel
+
+    def send(self, request: pb.SessionRequest, with_receive: bool = False) -> bool:
+        return self._call.send(request.SerializeToString(), with_receive)
+
+    def poll(self) -> Optional[pb.SessionReply]:
+        try:
+            data = self._call.poll()
+        except self._ended as end:
+            code, details = end.args
+            raise Ended(errors.Unavailable("the session stream ended") if code == 0
+                        else errors.from_number(code, details)) from None
+        return None if data is None else pb.SessionReply.FromString(data)
+
+
+def native_available() -> bool:
+    """Whether the native transport was built with the package."""
+    try:
+        from . import _transport  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def open_transport(channel: grpc.Channel, metadata: Metadata, kind: str,
+                   native_channel: Optional[Callable[[], Any]] = None) -> Any:
+    """A transport of `kind`: "native", "direct", "threaded", or "auto" (the first of
+    these available). `native_channel` makes the native transport's channel (a
+    replayd._transport.Channel) on first use."""
     if kind == "threaded":
         return ThreadedTransport(channel, metadata)
     if kind == "direct":
         return DirectTransport(channel, metadata)
+    if kind == "native" or (kind == "auto" and native_channel is not None and native_available()):
+        if native_channel is None:
+            raise errors.FailedPrecondition("the native transport needs its channel")
+        return NativeTransport(native_channel(), metadata)
     try:
         return DirectTransport(channel, metadata)
     except (ImportError, AttributeError, TypeError):

@@ -1,0 +1,473 @@
+// replayd._transport: a session's Session stream carried by gRPC's C++ library, for the
+// Python client's "native" transport (replayd/stream.py, NativeTransport).
+//
+// The Python client's other transports go through grpcio, whose Cython layer costs
+// several microseconds per message and per completion. Here a `Call` is one Session
+// stream on a completion queue of its own, driven by whichever Python thread holds the
+// stream's read turn (as the C++ client's Stream is): a round trip costs no thread hop, and
+// the GIL is released while the thread waits for the daemon. Messages cross as serialized
+// bytes, so this module knows nothing of replayd's protobuf messages: the Python package
+// builds and parses them.
+//
+//   Channel(target, tls=False, root_ca=None, cert=None, key=None, server_name=None,
+//           options=())                 a gRPC channel to the daemon
+//   Channel.call(method, metadata)      a Call: one bidirectional stream of `method`
+//   Call.send(data, with_receive)       starts writing one message; False once the stream
+//                                       cannot take it. At most one write is outstanding
+//                                       (can_send()); with_receive also arms a receive
+//   Call.arm_receive()                  starts reading one message (receive_armed())
+//   Call.poll()                         waits for one completion: the bytes of a message,
+//                                       None (a write or a step of the call completed), or
+//                                       raises Ended(code, details) once the stream has
+//                                       ended and nothing of it is outstanding
+//   Call.close()                        no more messages will be sent (half close); reads
+//                                       on to the stream's end
+//   Call.cancel()                       breaks the stream; what is outstanding completes
+//
+// Thread safety: every method runs with the GIL held except while a thread waits in poll()
+// and while a write or read starts; the GIL guards a Call's own state. As grpc++ allows, one
+// thread may poll while another sends.
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+
+#include <grpcpp/generic/generic_stub.h>
+#include <grpcpp/grpcpp.h>
+
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace {
+
+// What a completion of a Call is, given to the completion queue as its tag.
+enum Step : intptr_t { kInitial = 1, kWrite, kRead, kWritesDone, kFinish };
+
+void* TagOf(Step s) { return reinterpret_cast<void*>(static_cast<intptr_t>(s)); }
+
+PyObject* ended_error = nullptr;  // replayd._transport.Ended, set when the module loads
+
+// Bytes, or None, from a Python argument; false (with an exception set) for anything else.
+bool OptionalBytes(PyObject* o, const char* what, std::string* out) {
+  if (o == nullptr || o == Py_None) return true;
+  if (!PyBytes_Check(o)) {
+    PyErr_Format(PyExc_TypeError, "%s: bytes or None, not %s", what, Py_TYPE(o)->tp_name);
+    return false;
+  }
+  out->assign(PyBytes_AS_STRING(o), PyBytes_GET_SIZE(o));
+  return true;
+}
+
+// --- Channel -------------------------------------------------------------------------------
+
+struct ChannelObject {
+  PyObject_HEAD
+  std::shared_ptr<grpc::Channel> channel;
+  std::unique_ptr<grpc::GenericStub> stub;
+};
+
+// `options`: (name, int or str) pairs, as grpcio takes them.
+bool SetOptions(PyObject* options, grpc::ChannelArguments* args) {
+  if (options == nullptr || options == Py_None) return true;
+  PyObject* seq = PySequence_Fast(options, "options: a sequence of (name, value) pairs");
+  if (seq == nullptr) return false;
+  const Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
+  for (Py_ssize_t i = 0; i < n; ++i) {
+    PyObject* pair = PySequence_Fast_GET_ITEM(seq, i);
+    const char* name = nullptr;
+    PyObject* value = nullptr;
+    if (!PyTuple_Check(pair) || !PyArg_ParseTuple(pair, "sO", &name, &value)) {
+      if (!PyErr_Occurred()) PyErr_SetString(PyExc_TypeError, "options: a sequence of (name, value) pairs");
+      Py_DECREF(seq);
+      return false;
+    }
+    if (PyLong_Check(value)) {
+      const long v = PyLong_AsLong(value);
+      if (v == -1 && PyErr_Occurred()) break;
+      if (v < INT32_MIN || v > INT32_MAX) {
+        PyErr_Format(PyExc_ValueError, "option %s: %ld is not a 32-bit integer", name, v);
+        break;
+      }
+      args->SetInt(name, static_cast<int>(v));
+    } else if (PyUnicode_Check(value)) {
+      const char* s = PyUnicode_AsUTF8(value);
+      if (s == nullptr) break;
+      args->SetString(name, s);
+    } else {
+      PyErr_Format(PyExc_TypeError, "option %s: an int or a str, not %s", name, Py_TYPE(value)->tp_name);
+      break;
+    }
+  }
+  Py_DECREF(seq);
+  return !PyErr_Occurred();
+}
+
+int ChannelInit(ChannelObject* self, PyObject* args, PyObject* kwargs) {
+  static const char* kKeywords[] = {"target", "tls", "root_ca", "cert", "key", "server_name", "options", nullptr};
+  const char* target = nullptr;
+  int tls = 0;
+  PyObject *root_ca = nullptr, *cert = nullptr, *key = nullptr, *options = nullptr;
+  const char* server_name = nullptr;
+  if (!PyArg_ParseTupleAndKeywords(args, kwargs, "s|pOOOzO", const_cast<char**>(kKeywords), &target, &tls,
+                                   &root_ca, &cert, &key, &server_name, &options)) {
+    return -1;
+  }
+  grpc::ChannelArguments channel_args;
+  if (!SetOptions(options, &channel_args)) return -1;
+  std::shared_ptr<grpc::ChannelCredentials> credentials;
+  if (tls) {
+    grpc::SslCredentialsOptions ssl;
+    if (!OptionalBytes(root_ca, "root_ca", &ssl.pem_root_certs) ||
+        !OptionalBytes(cert, "cert", &ssl.pem_cert_chain) || !OptionalBytes(key, "key", &ssl.pem_private_key)) {
+      return -1;
+    }
+    if (server_name != nullptr && *server_name != '\0') channel_args.SetSslTargetNameOverride(server_name);
+    credentials = grpc::SslCredentials(ssl);
+  } else {
+    credentials = grpc::InsecureChannelCredentials();
+  }
+  self->channel = grpc::CreateCustomChannel(target, credentials, channel_args);
+  self->stub = std::make_unique<grpc::GenericStub>(self->channel);
+  return 0;
+}
+
+PyObject* ChannelNew(PyTypeObject* type, PyObject*, PyObject*) {
+  auto* self = reinterpret_cast<ChannelObject*>(type->tp_alloc(type, 0));
+  if (self == nullptr) return nullptr;
+  new (&self->channel) std::shared_ptr<grpc::Channel>();
+  new (&self->stub) std::unique_ptr<grpc::GenericStub>();
+  return reinterpret_cast<PyObject*>(self);
+}
+
+void ChannelDealloc(ChannelObject* self) {
+  self->stub.~unique_ptr();
+  self->channel.~shared_ptr();
+  Py_TYPE(self)->tp_free(reinterpret_cast<PyObject*>(self));
+}
+
+// --- Call ----------------------------------------------------------------------------------
+
+// One stream. grpc++ forbids two batches that both receive the initial metadata, which a
+// first Read and a Finish started together would be; so the initial metadata is read
+// first, and the Finish (the stream's status) only once a read or a write has found the
+// stream ended, as grpc++'s asynchronous API expects.
+struct CallState {
+  std::shared_ptr<grpc::Channel> channel;  // outlives the call
+  grpc::CompletionQueue queue;
+  grpc::ClientContext context;
+  std::unique_ptr<grpc::GenericClientAsyncReaderWriter> stream;
+  grpc::ByteBuffer received;
+  grpc::Status status;
+  int outstanding = 0;            // started and not yet completed
+  bool initial = false;           // the initial metadata has been read (or the call ended)
+  bool writing = false;           // a write is outstanding
+  bool reading = false;           // a read is outstanding, or wanted once `initial`
+  bool read_started = false;      // the wanted read has been started
+  bool closed = false;            // half closed, or cancelled: nothing more is sent
+  bool broken = false;            // a write or a read found the stream ended
+  bool finishing = false;         // Finish has been started
+  bool finished = false;          // Finish completed: `status` holds the stream's status
+
+  void Start() { ++outstanding; }
+  // Starts the wanted read, and the Finish once the stream is known to have ended.
+  void Advance() {
+    if (!initial) return;
+    if (reading && !read_started && !broken) {
+      read_started = true;
+      Start();
+      stream->Read(&received, TagOf(kRead));
+    }
+    if (broken && !finishing && !writing && !(reading && read_started)) {
+      finishing = true;
+      Start();
+      stream->Finish(&status, TagOf(kFinish));
+    }
+  }
+};
+
+struct CallObject {
+  PyObject_HEAD
+  CallState* state;
+  PyObject* channel;  // the ChannelObject, kept alive
+};
+
+PyObject* CallCanSend(CallObject* self, PyObject*) {
+  CallState& c = *self->state;
+  return PyBool_FromLong(!c.writing);
+}
+
+PyObject* CallReceiveArmed(CallObject* self, PyObject*) { return PyBool_FromLong(self->state->reading); }
+
+PyObject* CallArmReceive(CallObject* self, PyObject*) {
+  CallState& c = *self->state;
+  if (!c.reading && !c.broken) {
+    c.reading = true;
+    c.read_started = false;
+    c.Advance();
+  }
+  Py_RETURN_NONE;
+}
+
+PyObject* CallSend(CallObject* self, PyObject* args) {
+  Py_buffer data;
+  int with_receive = 0;
+  if (!PyArg_ParseTuple(args, "y*|p", &data, &with_receive)) return nullptr;
+  CallState& c = *self->state;
+  if (c.broken || c.closed || c.finishing) {
+    PyBuffer_Release(&data);
+    Py_RETURN_FALSE;
+  }
+  if (c.writing) {
+    PyBuffer_Release(&data);
+    PyErr_SetString(PyExc_RuntimeError, "a write is outstanding: wait for can_send()");
+    return nullptr;
+  }
+  grpc::Slice slice(data.buf, static_cast<size_t>(data.len));
+  PyBuffer_Release(&data);
+  grpc::ByteBuffer message(&slice, 1);
+  c.writing = true;
+  c.Start();
+  Py_BEGIN_ALLOW_THREADS
+  c.stream->Write(message, TagOf(kWrite));
+  Py_END_ALLOW_THREADS
+  if (with_receive && !c.reading) {
+    c.reading = true;
+    c.read_started = false;
+    c.Advance();
+  }
+  Py_RETURN_TRUE;
+}
+
+// Raises Ended(code, details).
+PyObject* RaiseEnded(const grpc::Status& status) {
+  PyObject* value = Py_BuildValue("(is#)", static_cast<int>(status.error_code()), status.error_message().data(),
+                                  static_cast<Py_ssize_t>(status.error_message().size()));
+  if (value != nullptr) {
+    PyErr_SetObject(ended_error, value);
+    Py_DECREF(value);
+  }
+  return nullptr;
+}
+
+PyObject* CallPoll(CallObject* self, PyObject*) {
+  CallState& c = *self->state;
+  if (c.outstanding == 0) {
+    if (c.finished) return RaiseEnded(c.status);
+    PyErr_SetString(PyExc_RuntimeError, "poll with nothing outstanding");
+    return nullptr;
+  }
+  void* tag = nullptr;
+  bool ok = false;
+  bool got;
+  Py_BEGIN_ALLOW_THREADS
+  got = c.queue.Next(&tag, &ok);
+  Py_END_ALLOW_THREADS
+  if (!got) {  // the queue was shut down: only after the call has ended
+    c.outstanding = 0;
+    return RaiseEnded(grpc::Status(grpc::StatusCode::UNAVAILABLE, "the session stream ended"));
+  }
+  --c.outstanding;
+  PyObject* result = nullptr;
+  switch (static_cast<Step>(reinterpret_cast<intptr_t>(tag))) {
+    case kInitial:
+      c.initial = true;
+      if (!ok) c.broken = true;
+      break;
+    case kWrite:
+      c.writing = false;
+      if (!ok) c.broken = true;
+      break;
+    case kRead:
+      c.reading = false;
+      c.read_started = false;
+      if (!ok) {
+        c.broken = true;
+        break;
+      }
+      {
+        std::vector<grpc::Slice> slices;
+        if (!c.received.Dump(&slices).ok()) {
+          c.broken = true;
+          break;
+        }
+        size_t size = 0;
+        for (const grpc::Slice& s : slices) size += s.size();
+        result = PyBytes_FromStringAndSize(nullptr, static_cast<Py_ssize_t>(size));
+        if (result == nullptr) return nullptr;
+        char* out = PyBytes_AS_STRING(result);
+        for (const grpc::Slice& s : slices) {
+          memcpy(out, s.begin(), s.size());
+          out += s.size();
+        }
+        c.received.Clear();
+      }
+      break;
+    case kWritesDone:
+      break;
+    case kFinish:
+      c.finished = true;
+      break;
+  }
+  c.Advance();
+  if (result != nullptr) return result;
+  if (c.finished && c.outstanding == 0) return RaiseEnded(c.status);
+  Py_RETURN_NONE;
+}
+
+PyObject* CallClose(CallObject* self, PyObject*) {
+  CallState& c = *self->state;
+  if (c.closed) Py_RETURN_NONE;
+  c.closed = true;
+  if (!c.broken) {
+    if (c.writing) {
+      PyErr_SetString(PyExc_RuntimeError, "a write is outstanding: wait for can_send()");
+      return nullptr;
+    }
+    c.Start();
+    c.stream->WritesDone(TagOf(kWritesDone));
+  }
+  // A read sees the end of the stream, which starts the Finish.
+  if (!c.reading) {
+    c.reading = true;
+    c.read_started = false;
+  }
+  c.Advance();
+  Py_RETURN_NONE;
+}
+
+PyObject* CallCancel(CallObject* self, PyObject*) {
+  CallState& c = *self->state;
+  c.closed = true;
+  c.context.TryCancel();
+  Py_RETURN_NONE;
+}
+
+// Cancels the call and waits, without the GIL, for what it has outstanding: the queue may
+// only be destroyed drained.
+void CallDealloc(CallObject* self) {
+  CallState* c = self->state;
+  if (c != nullptr) {
+    Py_BEGIN_ALLOW_THREADS
+    if (c->outstanding > 0) c->context.TryCancel();
+    void* tag;
+    bool ok;
+    while (c->outstanding > 0 && c->queue.Next(&tag, &ok)) --c->outstanding;
+    c->queue.Shutdown();
+    while (c->queue.Next(&tag, &ok)) {
+    }
+    c->stream.reset();
+    delete c;
+    Py_END_ALLOW_THREADS
+  }
+  Py_XDECREF(self->channel);
+  Py_TYPE(self)->tp_free(reinterpret_cast<PyObject*>(self));
+}
+
+PyMethodDef kCallMethods[] = {
+    {"can_send", reinterpret_cast<PyCFunction>(CallCanSend), METH_NOARGS,
+     "Whether a message may be sent now: no write is outstanding."},
+    {"receive_armed", reinterpret_cast<PyCFunction>(CallReceiveArmed), METH_NOARGS,
+     "Whether a read is outstanding."},
+    {"arm_receive", reinterpret_cast<PyCFunction>(CallArmReceive), METH_NOARGS,
+     "Starts reading the next message, unless a read is outstanding or the stream has ended."},
+    {"send", reinterpret_cast<PyCFunction>(CallSend), METH_VARARGS,
+     "send(data, with_receive=False) -> bool: starts writing one message (and reading the "
+     "next with with_receive); False once the stream cannot take it."},
+    {"poll", reinterpret_cast<PyCFunction>(CallPoll), METH_NOARGS,
+     "Waits for one completion: a message's bytes, or None; raises Ended(code, details) once "
+     "the stream has ended and nothing of it is outstanding."},
+    {"close", reinterpret_cast<PyCFunction>(CallClose), METH_NOARGS,
+     "Half closes the stream (nothing more will be sent) and reads on to its end, which "
+     "poll() then raises."},
+    {"cancel", reinterpret_cast<PyCFunction>(CallCancel), METH_NOARGS,
+     "Breaks the stream; what is outstanding completes, failed."},
+    {nullptr, nullptr, 0, nullptr}};
+
+PyTypeObject call_type = {PyVarObject_HEAD_INIT(nullptr, 0)};
+
+PyObject* ChannelCall(ChannelObject* self, PyObject* args) {
+  const char* method = nullptr;
+  PyObject* metadata = nullptr;
+  if (!PyArg_ParseTuple(args, "sO", &method, &metadata)) return nullptr;
+  if (self->stub == nullptr) {
+    PyErr_SetString(PyExc_RuntimeError, "the channel was not initialized");
+    return nullptr;
+  }
+  auto state = std::make_unique<CallState>();
+  if (metadata != Py_None) {
+    PyObject* seq = PySequence_Fast(metadata, "metadata: a sequence of (key, value) pairs");
+    if (seq == nullptr) return nullptr;
+    for (Py_ssize_t i = 0; i < PySequence_Fast_GET_SIZE(seq); ++i) {
+      const char *key = nullptr, *value = nullptr;
+      PyObject* pair = PySequence_Fast_GET_ITEM(seq, i);
+      if (!PyTuple_Check(pair) || !PyArg_ParseTuple(pair, "ss", &key, &value)) {
+        if (!PyErr_Occurred()) PyErr_SetString(PyExc_TypeError, "metadata: a sequence of (key, value) pairs");
+        Py_DECREF(seq);
+        return nullptr;
+      }
+      state->context.AddMetadata(key, value);
+    }
+    Py_DECREF(seq);
+  }
+  auto* call = PyObject_New(CallObject, &call_type);
+  if (call == nullptr) return nullptr;
+  state->channel = self->channel;
+  state->stream = self->stub->PrepareCall(&state->context, method, &state->queue);
+  // The call's initial metadata goes out with its first message, in one batch (StartCall
+  // starts nothing when it is corked). The daemon's is read at once: it comes with the
+  // first reply, or with the stream's status.
+  state->context.set_initial_metadata_corked(true);
+  state->stream->StartCall(nullptr);
+  state->Start();
+  state->stream->ReadInitialMetadata(TagOf(kInitial));
+  call->state = state.release();
+  Py_INCREF(self);
+  call->channel = reinterpret_cast<PyObject*>(self);
+  return reinterpret_cast<PyObject*>(call);
+}
+
+PyMethodDef kChannelMethods[] = {
+    {"call", reinterpret_cast<PyCFunction>(ChannelCall), METH_VARARGS,
+     "call(method, metadata) -> Call: starts one bidirectional stream of `method` "
+     "(\"/package.Service/Method\") with `metadata`, a sequence of (key, value) or None."},
+    {nullptr, nullptr, 0, nullptr}};
+
+PyTypeObject channel_type = {PyVarObject_HEAD_INIT(nullptr, 0)};
+
+PyModuleDef module_def = {PyModuleDef_HEAD_INIT, "_transport",
+                          "A session's Session stream carried by gRPC's C++ library (the native transport).",
+                          -1, nullptr};
+
+}  // namespace
+
+PyMODINIT_FUNC PyInit__transport() {
+  channel_type.tp_name = "replayd._transport.Channel";
+  channel_type.tp_basicsize = sizeof(ChannelObject);
+  channel_type.tp_flags = Py_TPFLAGS_DEFAULT;
+  channel_type.tp_doc = "Channel(target, tls=False, root_ca=None, cert=None, key=None, server_name=None, options=())";
+  channel_type.tp_new = ChannelNew;
+  channel_type.tp_init = reinterpret_cast<initproc>(ChannelInit);
+  channel_type.tp_dealloc = reinterpret_cast<destructor>(ChannelDealloc);
+  channel_type.tp_methods = kChannelMethods;
+  call_type.tp_name = "replayd._transport.Call";
+  call_type.tp_basicsize = sizeof(CallObject);
+  call_type.tp_flags = Py_TPFLAGS_DEFAULT;
+  call_type.tp_doc = "One bidirectional stream; made by Channel.call.";
+  call_type.tp_dealloc = reinterpret_cast<destructor>(CallDealloc);
+  call_type.tp_methods = kCallMethods;
+  if (PyType_Ready(&channel_type) < 0 || PyType_Ready(&call_type) < 0) return nullptr;
+  PyObject* module = PyModule_Create(&module_def);
+  if (module == nullptr) return nullptr;
+  ended_error = PyErr_NewExceptionWithDoc("replayd._transport.Ended",
+                                          "The stream has ended: args are (code, details), code 0 for a clean end.",
+                                          nullptr, nullptr);
+  Py_INCREF(&channel_type);
+  Py_INCREF(&call_type);
+  if (ended_error == nullptr || PyModule_AddObject(module, "Channel", reinterpret_cast<PyObject*>(&channel_type)) < 0 ||
+      PyModule_AddObject(module, "Call", reinterpret_cast<PyObject*>(&call_type)) < 0 ||
+      PyModule_AddObject(module, "Ended", ended_error) < 0) {
+    Py_DECREF(module);
+    return nullptr;
+  }
+  return module;
+}
