@@ -16,10 +16,12 @@
 //                                       cannot take it. At most one write is outstanding
 //                                       (can_send()); with_receive also arms a receive
 //   Call.arm_receive()                  starts reading one message (receive_armed())
-//   Call.poll()                         waits for one completion: the bytes of a message,
+//   Call.poll(message_only=False)       waits for one completion: the bytes of a message,
 //                                       None (a write or a step of the call completed), or
 //                                       raises Ended(code, details) once the stream has
-//                                       ended and nothing of it is outstanding
+//                                       ended and nothing of it is outstanding; with
+//                                       message_only, only a message or the end while a
+//                                       read is outstanding
 //   Call.close()                        no more messages will be sent (half close); reads
 //                                       on to the stream's end
 //   Call.cancel()                       breaks the stream; what is outstanding completes
@@ -249,8 +251,9 @@ PyObject* RaiseEnded(const grpc::Status& status) {
   return nullptr;
 }
 
-PyObject* CallPoll(CallObject* self, PyObject*) {
-  CallState& c = *self->state;
+// One completion of the call: a message's bytes (a new reference), nullptr with an
+// exception set (Ended once the stream has ended and nothing is outstanding), or None.
+PyObject* PollOnce(CallState& c) {
   if (c.outstanding == 0) {
     if (c.finished) return RaiseEnded(c.status);
     PyErr_SetString(PyExc_RuntimeError, "poll with nothing outstanding");
@@ -314,6 +317,20 @@ PyObject* CallPoll(CallObject* self, PyObject*) {
   Py_RETURN_NONE;
 }
 
+// With `message_only`, completions other than a message's (a write's, the initial
+// metadata's) are taken here while a read is outstanding, saving the caller a return
+// per round trip.
+PyObject* CallPoll(CallObject* self, PyObject* args) {
+  int message_only = 0;
+  if (!PyArg_ParseTuple(args, "|p", &message_only)) return nullptr;
+  CallState& c = *self->state;
+  for (;;) {
+    PyObject* result = PollOnce(c);
+    if (result != Py_None || !message_only || !c.reading) return result;
+    Py_DECREF(result);
+  }
+}
+
 PyObject* CallClose(CallObject* self, PyObject*) {
   CallState& c = *self->state;
   if (c.closed) Py_RETURN_NONE;
@@ -373,9 +390,10 @@ PyMethodDef kCallMethods[] = {
     {"send", reinterpret_cast<PyCFunction>(CallSend), METH_VARARGS,
      "send(data, with_receive=False) -> bool: starts writing one message (and reading the "
      "next with with_receive); False once the stream cannot take it."},
-    {"poll", reinterpret_cast<PyCFunction>(CallPoll), METH_NOARGS,
-     "Waits for one completion: a message's bytes, or None; raises Ended(code, details) once "
-     "the stream has ended and nothing of it is outstanding."},
+    {"poll", reinterpret_cast<PyCFunction>(CallPoll), METH_VARARGS,
+     "poll(message_only=False): waits for one completion: a message's bytes, or None; raises "
+     "Ended(code, details) once the stream has ended and nothing of it is outstanding. With "
+     "message_only, waits on past other completions while a read is outstanding."},
     {"close", reinterpret_cast<PyCFunction>(CallClose), METH_NOARGS,
      "Half closes the stream (nothing more will be sent) and reads on to its end, which "
      "poll() then raises."},

@@ -79,7 +79,7 @@ class ThreadedTransport:
         self._requests.put(request)
         return True
 
-    def poll(self) -> Optional[pb.SessionReply]:
+    def poll(self, message_only: bool = False) -> Optional[pb.SessionReply]:
         try:
             return next(self._call)
         except StopIteration:
@@ -145,7 +145,7 @@ class DirectTransport:
         self._sending = True
         return True
 
-    def poll(self) -> Optional[pb.SessionReply]:
+    def poll(self, message_only: bool = False) -> Optional[pb.SessionReply]:
         if not self._outstanding:
             raise Ended(self._status or errors.Unavailable("the session stream ended"))
         event = self._call.next_event()
@@ -207,9 +207,9 @@ class NativeTransport:
     def send(self, request: pb.SessionRequest, with_receive: bool = False) -> bool:
         return self._call.send(request.SerializeToString(), with_receive)
 
-    def poll(self) -> Optional[pb.SessionReply]:
+    def poll(self, message_only: bool = False) -> Optional[pb.SessionReply]:
         try:
-            data = self._call.poll()
+            data = self._call.poll(message_only)
         except self._ended as end:
             code, details = end.args
             raise Ended(errors.Unavailable("the session stream ended") if code == 0
@@ -330,27 +330,27 @@ class SessionStream:
         stream's lock after each event read)."""
         with self._lock:
             if until is None:
-                self._progress(lambda: op.finished)
+                self._progress(lambda: op.finished, True)
             else:
-                self._progress(lambda: op.finished or until())
+                self._progress(lambda: op.finished or until(), True)
 
     def drain(self) -> None:
         """Returns once every operation submitted so far has finished."""
         with self._lock:
             if self._pending:
                 last = self._pending[-1]
-                self._progress(lambda: last.finished)
+                self._progress(lambda: last.finished, True)
 
     def close(self) -> None:
         """Ends the stream once every outstanding operation has finished. Idempotent."""
         with self._lock:
             if not self._closing:
-                self._progress(lambda: not self._pending)
+                self._progress(lambda: not self._pending, True)
                 self._progress(self.transport.can_send)
                 self._closing = True
                 if not self._ended:
                     self.transport.close()
-            self._progress(lambda: self._ended)
+            self._progress(lambda: self._ended, True)
 
     def cancel(self) -> None:
         """Breaks the stream: what is outstanding fails; the daemon runs nothing more of
@@ -360,8 +360,9 @@ class SessionStream:
         self.transport.cancel()
 
     # Requires the lock. Reads (taking the turn) or waits for the reader until `until()`
-    # holds or the stream has ended.
-    def _progress(self, until: Callable[[], bool]) -> None:
+    # holds or the stream has ended. `message_only`: `until` waits on replies only, so the
+    # transport need not return for a send's completion while a reply is due.
+    def _progress(self, until: Callable[[], bool], message_only: bool = False) -> None:
         while not until() and not self._ended:
             if self._reading:
                 self._waiting += 1
@@ -371,7 +372,7 @@ class SessionStream:
             self._reading = True
             self._lock.release()
             try:
-                self._read_one()
+                self._read_one(message_only)
             finally:
                 self._lock.acquire()
                 self._reading = False
@@ -380,9 +381,9 @@ class SessionStream:
 
     # Requires the read turn, not the lock. Reads one event and dispatches its reply; at
     # the end of the stream fails everything outstanding with its status.
-    def _read_one(self) -> None:
+    def _read_one(self, message_only: bool = False) -> None:
         try:
-            reply = self.transport.poll()
+            reply = self.transport.poll(message_only)
         except Ended as end:
             with self._lock:
                 failed = list(self._pending)
