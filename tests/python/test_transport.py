@@ -4,6 +4,7 @@ and what each does when the daemon goes away or a session is dropped mid-pipelin
 from __future__ import annotations
 
 import gc
+import random
 import threading
 
 import numpy as np
@@ -123,3 +124,69 @@ def test_threads_waiting_on_one_stream_each_get_their_own_replies(daemon, transp
             t.join(timeout=120)
         assert not any(t.is_alive() for t in threads)
         assert failures == []
+
+
+def native_module():
+    require_transport("native")
+    from replayd import _transport
+    return _transport
+
+
+@pytest.mark.parametrize("case", range(200))
+def test_the_native_replay_encoding_is_the_protobuf_messages(case):
+    """encode_replay's bytes parse as the SessionRequest the protobuf module builds, for
+    random handles, integers (negative and 64-bit ones too), flags and views."""
+    from replayd._stubs import pb
+    t = native_module()
+    rng = random.Random(case)
+
+    def u64() -> int:
+        return rng.choice([0, 1, 127, 128, 300, 1 << 32, (1 << 64) - 1, rng.randrange(1 << 64)])
+
+    kinds = bytes(rng.choice(b"bi") for _ in range(rng.randrange(6)))
+    values = [u64() if k == ord("b") else rng.choice([0, -1, 5, -(1 << 63), (1 << 63) - 1, rng.randrange(-(1 << 63), 1 << 63)])
+              for k in kinds]
+    reads = [(u64(), u64(), u64()) for _ in range(rng.randrange(4))]
+    seq, session, resume, graph, wait = u64(), u64(), bool(case % 2), u64(), bool(case % 3)
+    data = t.encode_replay(seq, session, resume, graph, values, kinds, wait, reads)
+
+    want = pb.SessionRequest(seq=seq, session=session, resume=resume)
+    want.replay.graph = graph
+    want.replay.wait = wait
+    for k, v in zip(kinds, values):
+        want.replay.params.add(**({"buffer": v} if k == ord("b") else {"int_value": v}))
+    for b, o, n in reads:
+        want.replay.reads.add(buffer=b, offset=o, length=n)
+    assert pb.SessionRequest.FromString(data) == want
+    assert want.HasField("replay")
+
+
+def test_the_native_replay_reply_decoding_is_the_protobuf_messages():
+    from replayd._stubs import pb
+    t = native_module()
+    reply = pb.SessionReply(seq=(1 << 40) + 3, final=True)
+    reply.replay.device_seconds = 0.125
+    reply.replay.reads.extend([bytes(range(16)), b"\x01" * 4096])
+    outputs = [np.zeros(16, np.uint8), np.zeros(1024, np.float32)]
+    assert t.decode_replay_reply(reply.SerializeToString(), outputs) == ((1 << 40) + 3, 0, "", True, 0.125)
+    np.testing.assert_array_equal(outputs[0], np.arange(16, dtype=np.uint8))
+    assert outputs[1].tobytes() == b"\x01" * 4096
+
+    failed = pb.SessionReply(seq=9, code=3, message="graph 7: variable pos=0 is outside [1, 8]", final=True)
+    untouched = [np.full(4, 7, np.uint8)]
+    assert t.decode_replay_reply(failed.SerializeToString(), untouched) == (
+        9, 3, "graph 7: variable pos=0 is outside [1, 8]", True, 0.0)
+    np.testing.assert_array_equal(untouched[0], np.full(4, 7, np.uint8))
+
+    # Fields it does not know (a newer daemon's) are skipped, whatever their wire type.
+    unknown = b"\x28\x05" + b"\x31" + bytes(8) + b"\x3d" + bytes(4) + b"\xfa\x01\x02ab"
+    assert t.decode_replay_reply(unknown + reply.SerializeToString(), outputs)[:2] == ((1 << 40) + 3, 0)
+
+    with pytest.raises(ValueError, match="not a SessionReply"):
+        t.decode_replay_reply(b"\x0a\x05ab", outputs)  # a length past the end
+    with pytest.raises(ValueError, match="2 reads for 1 outputs"):
+        t.decode_replay_reply(reply.SerializeToString(), outputs[:1])
+    with pytest.raises(ValueError, match="answered 16 bytes for an output of 32"):
+        t.decode_replay_reply(reply.SerializeToString(), [np.zeros(32, np.uint8), outputs[1]])
+    with pytest.raises(BufferError):  # an output that cannot be written
+        t.decode_replay_reply(reply.SerializeToString(), [bytes(16), outputs[1]])

@@ -22,6 +22,10 @@
 //                                       ended and nothing of it is outstanding; with
 //                                       message_only, only a message or the end while a
 //                                       read is outstanding
+//   Call.send_replay(...), Call.receive_replay(outputs)
+//                                       a replay's round trip, encoded and decoded here
+//   encode_replay(...), decode_replay_reply(data, outputs)
+//                                       the same encoding, for tests
 //   Call.close()                        no more messages will be sent (half close); reads
 //                                       on to the stream's end
 //   Call.cancel()                       breaks the stream; what is outstanding completes
@@ -35,7 +39,10 @@
 #include <grpcpp/generic/generic_stub.h>
 #include <grpcpp/grpcpp.h>
 
+#include <array>
+#include <cstring>
 #include <memory>
+#include <string_view>
 #include <string>
 #include <utility>
 #include <vector>
@@ -58,6 +65,279 @@ bool OptionalBytes(PyObject* o, const char* what, std::string* out) {
   }
   out->assign(PyBytes_AS_STRING(o), PyBytes_GET_SIZE(o));
   return true;
+}
+
+// --- A replay's request and reply on the wire --------------------------------------------
+//
+// The replay round trip, the one a decode loop repeats, is encoded and decoded here rather
+// than through Python's protobuf messages, whose field-by-field building and parsing cost
+// more than the rest of the round trip's Python. Field numbers are proto/replayd/v1/
+// replayd.proto's (SessionRequest, ReplayGraphRequest, ParamValue, View, SessionReply,
+// ReplayGraphReply); tests/python/test_transport.py checks both directions against the
+// protobuf messages.
+
+void PutVarint(std::string* out, uint64_t v) {
+  while (v >= 0x80) {
+    out->push_back(static_cast<char>((v & 0x7f) | 0x80));
+    v >>= 7;
+  }
+  out->push_back(static_cast<char>(v));
+}
+
+void PutTag(std::string* out, int field, int wire_type) { PutVarint(out, (static_cast<uint64_t>(field) << 3) | wire_type); }
+
+void PutVarintField(std::string* out, int field, uint64_t v) {
+  if (v == 0) return;  // proto3: a zero is not sent
+  PutTag(out, field, 0);
+  PutVarint(out, v);
+}
+
+void PutBytesField(std::string* out, int field, const std::string& bytes) {
+  PutTag(out, field, 2);
+  PutVarint(out, bytes.size());
+  out->append(bytes);
+}
+
+// A replay's arguments, read from Python.
+struct ReplayArgs {
+  uint64_t seq = 0;
+  uint64_t session = 0;
+  bool resume = false;
+  uint64_t graph = 0;
+  std::vector<std::pair<bool, uint64_t>> params;  // (is a buffer, handle or int64 bits)
+  bool wait = false;
+  std::vector<std::array<uint64_t, 3>> reads;     // buffer, offset, length
+};
+
+// Parses (seq, session, resume, graph, values, kinds, wait, reads): `values` a sequence of
+// ints, `kinds` bytes of b"b" (a buffer handle) or b"i" (an int64) per value, `reads` a
+// sequence of (buffer, offset, length).
+bool ParseReplayArgs(PyObject* args, ReplayArgs* r) {
+  PyObject *values = nullptr, *reads = nullptr;
+  Py_buffer kinds;
+  int resume = 0, wait = 0;
+  if (!PyArg_ParseTuple(args, "KKpKOy*pO", &r->seq, &r->session, &resume, &r->graph, &values, &kinds, &wait,
+                        &reads)) {
+    return false;
+  }
+  r->resume = resume;
+  r->wait = wait;
+  const std::string kind_bytes(static_cast<const char*>(kinds.buf), static_cast<size_t>(kinds.len));
+  PyBuffer_Release(&kinds);
+  PyObject* value_seq = PySequence_Fast(values, "values: a sequence of ints");
+  if (value_seq == nullptr) return false;
+  const Py_ssize_t n = PySequence_Fast_GET_SIZE(value_seq);
+  bool ok = n == static_cast<Py_ssize_t>(kind_bytes.size());
+  if (!ok) PyErr_Format(PyExc_ValueError, "%zd values but %zu kinds", n, kind_bytes.size());
+  for (Py_ssize_t i = 0; ok && i < n; ++i) {
+    PyObject* v = PySequence_Fast_GET_ITEM(value_seq, i);
+    const char kind = kind_bytes[static_cast<size_t>(i)];
+    if (kind == 'b') {
+      const unsigned long long handle = PyLong_AsUnsignedLongLong(v);
+      ok = !(handle == static_cast<unsigned long long>(-1) && PyErr_Occurred());
+      r->params.emplace_back(true, handle);
+    } else if (kind == 'i') {
+      const long long value = PyLong_AsLongLong(v);
+      ok = !(value == -1 && PyErr_Occurred());
+      r->params.emplace_back(false, static_cast<uint64_t>(value));
+    } else {
+      PyErr_Format(PyExc_ValueError, "kind %c: b (a buffer) or i (an integer)", kind);
+      ok = false;
+    }
+  }
+  Py_DECREF(value_seq);
+  if (!ok) return false;
+  PyObject* read_seq = PySequence_Fast(reads, "reads: a sequence of (buffer, offset, length)");
+  if (read_seq == nullptr) return false;
+  for (Py_ssize_t i = 0; ok && i < PySequence_Fast_GET_SIZE(read_seq); ++i) {
+    unsigned long long buffer, offset, length;
+    PyObject* view = PySequence_Fast_GET_ITEM(read_seq, i);
+    ok = PyTuple_Check(view) && PyArg_ParseTuple(view, "KKK", &buffer, &offset, &length);
+    if (!ok && !PyErr_Occurred()) PyErr_SetString(PyExc_TypeError, "reads: a sequence of (buffer, offset, length)");
+    if (ok) r->reads.push_back({buffer, offset, length});
+  }
+  Py_DECREF(read_seq);
+  return ok;
+}
+
+// SessionRequest{seq, session, resume, replay: ReplayGraphRequest{graph, params, wait, reads}}.
+std::string EncodeReplay(const ReplayArgs& r) {
+  std::string replay, item;
+  PutVarintField(&replay, 2, r.graph);
+  for (const auto& [is_buffer, value] : r.params) {
+    item.clear();
+    PutTag(&item, is_buffer ? 1 : 2, 0);  // a oneof member is sent even when zero
+    PutVarint(&item, value);
+    PutBytesField(&replay, 3, item);
+  }
+  if (r.wait) PutVarintField(&replay, 4, 1);
+  for (const auto& [buffer, offset, length] : r.reads) {
+    item.clear();
+    PutVarintField(&item, 1, buffer);
+    PutVarintField(&item, 2, offset);
+    PutVarintField(&item, 3, length);
+    PutBytesField(&replay, 5, item);
+  }
+  std::string request;
+  PutVarintField(&request, 1, r.seq);
+  if (r.session != 0) {
+    PutTag(&request, 2, 1);
+    for (int i = 0; i < 8; ++i) request.push_back(static_cast<char>(r.session >> (8 * i)));
+  }
+  if (r.resume) PutVarintField(&request, 4, 1);
+  PutBytesField(&request, 11, replay);
+  return request;
+}
+
+// A protobuf message's fields, one at a time. False at the end, or (with `error` set) at
+// bytes that are not a message.
+class WireReader {
+ public:
+  WireReader(const char* data, size_t size) : p_(data), end_(data + size) {}
+  bool Next(int* field, int* wire_type, uint64_t* value, std::string_view* bytes) {
+    if (p_ == end_) return false;
+    uint64_t key;
+    if (!Varint(&key)) return false;
+    *field = static_cast<int>(key >> 3);
+    *wire_type = static_cast<int>(key & 7);
+    switch (*wire_type) {
+      case 0:
+        return Varint(value);
+      case 1:
+        return Fixed(8, value);
+      case 5:
+        return Fixed(4, value);
+      case 2: {
+        uint64_t n;
+        if (!Varint(&n) || n > static_cast<uint64_t>(end_ - p_)) return Fail();
+        *bytes = std::string_view(p_, n);
+        p_ += n;
+        return true;
+      }
+      default:
+        return Fail();
+    }
+  }
+  bool error() const { return error_; }
+
+ private:
+  bool Fail() {
+    error_ = true;
+    return false;
+  }
+  bool Varint(uint64_t* v) {
+    *v = 0;
+    for (int shift = 0; shift < 64; shift += 7) {
+      if (p_ == end_) return Fail();
+      const uint8_t b = static_cast<uint8_t>(*p_++);
+      *v |= static_cast<uint64_t>(b & 0x7f) << shift;
+      if (!(b & 0x80)) return true;
+    }
+    return Fail();
+  }
+  bool Fixed(int n, uint64_t* v) {
+    if (end_ - p_ < n) return Fail();
+    *v = 0;
+    for (int i = 0; i < n; ++i) *v |= static_cast<uint64_t>(static_cast<uint8_t>(p_[i])) << (8 * i);
+    p_ += n;
+    return true;
+  }
+  const char* p_;
+  const char* end_;
+  bool error_ = false;
+};
+
+// A SessionReply with the fields a replay's final reply has.
+struct ReplayReply {
+  uint64_t seq = 0;
+  int64_t code = 0;
+  std::string_view message;
+  bool final = false;
+  double device_seconds = 0;
+  std::vector<std::string_view> reads;
+};
+
+// False (with a Python exception set) for bytes that are not such a reply.
+bool DecodeReplayReply(std::string_view data, ReplayReply* r) {
+  WireReader reply(data.data(), data.size());
+  int field, wire_type;
+  uint64_t value = 0;
+  std::string_view bytes;
+  while (reply.Next(&field, &wire_type, &value, &bytes)) {
+    if (field == 1 && wire_type == 0) r->seq = value;
+    if (field == 2 && wire_type == 0) r->code = static_cast<int32_t>(value);
+    if (field == 3 && wire_type == 2) r->message = bytes;
+    if (field == 4 && wire_type == 0) r->final = value != 0;
+    if (field != 11 || wire_type != 2) continue;
+    WireReader replay(bytes.data(), bytes.size());
+    std::string_view read;
+    while (replay.Next(&field, &wire_type, &value, &read)) {
+      if (field == 1 && wire_type == 1) memcpy(&r->device_seconds, &value, sizeof(double));
+      if (field == 2 && wire_type == 2) r->reads.push_back(read);
+    }
+    if (replay.error()) break;
+  }
+  if (reply.error()) {
+    PyErr_SetString(PyExc_ValueError, "the daemon's reply is not a SessionReply");
+    return false;
+  }
+  return true;
+}
+
+// Copies a successful reply's reads into `outputs` (writable buffers, one per read, each
+// of the read's size). False with a Python exception set where they do not match.
+bool FillOutputs(const ReplayReply& r, PyObject* outputs) {
+  PyObject* seq = PySequence_Fast(outputs, "outputs: a sequence of writable buffers");
+  if (seq == nullptr) return false;
+  const Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
+  bool ok = n == static_cast<Py_ssize_t>(r.reads.size());
+  if (!ok) PyErr_Format(PyExc_ValueError, "the reply holds %zu reads for %zd outputs", r.reads.size(), n);
+  for (Py_ssize_t i = 0; ok && i < n; ++i) {
+    Py_buffer out;
+    if (PyObject_GetBuffer(PySequence_Fast_GET_ITEM(seq, i), &out, PyBUF_WRITABLE | PyBUF_C_CONTIGUOUS) < 0) {
+      ok = false;
+      break;
+    }
+    const std::string_view read = r.reads[static_cast<size_t>(i)];
+    if (static_cast<size_t>(out.len) != read.size()) {
+      PyErr_Format(PyExc_ValueError, "read %zd: the daemon answered %zu bytes for an output of %zd", i, read.size(),
+                   out.len);
+      ok = false;
+    } else {
+      memcpy(out.buf, read.data(), read.size());
+    }
+    PyBuffer_Release(&out);
+  }
+  Py_DECREF(seq);
+  return ok;
+}
+
+// (seq, code, message, final, device_seconds) of a reply, its reads copied into `outputs`
+// when it succeeded.
+PyObject* ReplayResult(std::string_view data, PyObject* outputs) {
+  ReplayReply r;
+  if (!DecodeReplayReply(data, &r)) return nullptr;
+  if (r.code == 0 && r.final && !FillOutputs(r, outputs)) return nullptr;
+  return Py_BuildValue("(KLs#Od)", static_cast<unsigned long long>(r.seq), static_cast<long long>(r.code),
+                       r.message.empty() ? "" : r.message.data(), static_cast<Py_ssize_t>(r.message.size()),
+                       r.final ? Py_True : Py_False,
+                       r.device_seconds);
+}
+
+PyObject* EncodeReplayFunction(PyObject*, PyObject* args) {
+  ReplayArgs r;
+  if (!ParseReplayArgs(args, &r)) return nullptr;
+  const std::string request = EncodeReplay(r);
+  return PyBytes_FromStringAndSize(request.data(), static_cast<Py_ssize_t>(request.size()));
+}
+
+PyObject* DecodeReplayFunction(PyObject*, PyObject* args) {
+  Py_buffer data;
+  PyObject* outputs = nullptr;
+  if (!PyArg_ParseTuple(args, "y*O", &data, &outputs)) return nullptr;
+  PyObject* result = ReplayResult(std::string_view(static_cast<const char*>(data.buf), data.len), outputs);
+  PyBuffer_Release(&data);
+  return result;
 }
 
 // --- Channel -------------------------------------------------------------------------------
@@ -210,22 +490,15 @@ PyObject* CallArmReceive(CallObject* self, PyObject*) {
   Py_RETURN_NONE;
 }
 
-PyObject* CallSend(CallObject* self, PyObject* args) {
-  Py_buffer data;
-  int with_receive = 0;
-  if (!PyArg_ParseTuple(args, "y*|p", &data, &with_receive)) return nullptr;
-  CallState& c = *self->state;
-  if (c.broken || c.closed || c.finishing) {
-    PyBuffer_Release(&data);
-    Py_RETURN_FALSE;
-  }
+// Starts writing `size` bytes at `data` (and reading the reply with `with_receive`):
+// True, False once the stream cannot take it, nullptr with an exception set.
+PyObject* StartSend(CallState& c, const void* data, size_t size, bool with_receive) {
+  if (c.broken || c.closed || c.finishing) Py_RETURN_FALSE;
   if (c.writing) {
-    PyBuffer_Release(&data);
     PyErr_SetString(PyExc_RuntimeError, "a write is outstanding: wait for can_send()");
     return nullptr;
   }
-  grpc::Slice slice(data.buf, static_cast<size_t>(data.len));
-  PyBuffer_Release(&data);
+  grpc::Slice slice(data, size);
   grpc::ByteBuffer message(&slice, 1);
   c.writing = true;
   c.Start();
@@ -238,6 +511,22 @@ PyObject* CallSend(CallObject* self, PyObject* args) {
     c.Advance();
   }
   Py_RETURN_TRUE;
+}
+
+PyObject* CallSend(CallObject* self, PyObject* args) {
+  Py_buffer data;
+  int with_receive = 0;
+  if (!PyArg_ParseTuple(args, "y*|p", &data, &with_receive)) return nullptr;
+  PyObject* result = StartSend(*self->state, data.buf, static_cast<size_t>(data.len), with_receive);
+  PyBuffer_Release(&data);
+  return result;
+}
+
+PyObject* CallSendReplay(CallObject* self, PyObject* args) {
+  ReplayArgs r;
+  if (!ParseReplayArgs(args, &r)) return nullptr;
+  const std::string request = EncodeReplay(r);
+  return StartSend(*self->state, request.data(), request.size(), true);
 }
 
 // Raises Ended(code, details).
@@ -331,6 +620,25 @@ PyObject* CallPoll(CallObject* self, PyObject* args) {
   }
 }
 
+// Waits for the next message, the reply of a replay sent with send_replay, and returns
+// decode_replay_reply's tuple for it. Raises Ended as poll does.
+PyObject* CallReceiveReplay(CallObject* self, PyObject* args) {
+  PyObject* outputs = nullptr;
+  if (!PyArg_ParseTuple(args, "O", &outputs)) return nullptr;
+  CallState& c = *self->state;
+  for (;;) {
+    PyObject* message = PollOnce(c);
+    if (message == nullptr) return nullptr;
+    if (message == Py_None) {
+      Py_DECREF(message);
+      continue;
+    }
+    PyObject* result = ReplayResult(std::string_view(PyBytes_AS_STRING(message), PyBytes_GET_SIZE(message)), outputs);
+    Py_DECREF(message);
+    return result;
+  }
+}
+
 PyObject* CallClose(CallObject* self, PyObject*) {
   CallState& c = *self->state;
   if (c.closed) Py_RETURN_NONE;
@@ -394,6 +702,13 @@ PyMethodDef kCallMethods[] = {
      "poll(message_only=False): waits for one completion: a message's bytes, or None; raises "
      "Ended(code, details) once the stream has ended and nothing of it is outstanding. With "
      "message_only, waits on past other completions while a read is outstanding."},
+    {"send_replay", reinterpret_cast<PyCFunction>(CallSendReplay), METH_VARARGS,
+     "send_replay(seq, session, resume, graph, values, kinds, wait, reads) -> bool: send() "
+     "of encode_replay's request, with its reply's receive."},
+    {"receive_replay", reinterpret_cast<PyCFunction>(CallReceiveReplay), METH_VARARGS,
+     "receive_replay(outputs) -> (seq, code, message, final, device_seconds): waits for the next "
+     "message, a replay's reply, and decodes it as decode_replay_reply does; raises Ended as "
+     "poll does."},
     {"close", reinterpret_cast<PyCFunction>(CallClose), METH_NOARGS,
      "Half closes the stream (nothing more will be sent) and reads on to its end, which "
      "poll() then raises."},
@@ -452,9 +767,20 @@ PyMethodDef kChannelMethods[] = {
 
 PyTypeObject channel_type = {PyVarObject_HEAD_INIT(nullptr, 0)};
 
+PyMethodDef kModuleMethods[] = {
+    {"encode_replay", EncodeReplayFunction, METH_VARARGS,
+     "encode_replay(seq, session, resume, graph, values, kinds, wait, reads) -> bytes: a "
+     "SessionRequest replaying `graph`: `values` its parameter vector, `kinds` b'b' (a buffer "
+     "handle) or b'i' (an integer) per value, `reads` (buffer, offset, length) views."},
+    {"decode_replay_reply", DecodeReplayFunction, METH_VARARGS,
+     "decode_replay_reply(data, outputs) -> (seq, code, message, final, device_seconds): a "
+     "SessionReply's fields; a final reply's reads are copied into `outputs` (writable buffers "
+     "of each read's size) when its code is 0."},
+    {nullptr, nullptr, 0, nullptr}};
+
 PyModuleDef module_def = {PyModuleDef_HEAD_INIT, "_transport",
                           "A session's Session stream carried by gRPC's C++ library (the native transport).",
-                          -1, nullptr};
+                          -1, kModuleMethods};
 
 }  // namespace
 

@@ -25,7 +25,8 @@ import numpy as np
 
 from . import errors
 from ._stubs import pb
-from .session import (INLINE_READ_BYTES, Buffer, DTypeLike, Future, Session, View, Variable, _is_int)
+from .session import (INLINE_READ_BYTES, Buffer, DTypeLike, Future, Session, View, Variable, _is_int,
+                      _read_length)
 from .stream import Operation
 
 __all__ = ["Capture", "Graph", "GraphParam", "ReplaySequence"]
@@ -150,6 +151,9 @@ class GraphParam:
         return f"<param {self.index} {self.name}: {what}>"
 
 
+_BUFFER, _INTEGER = ord("b"), ord("i")
+
+
 def _decode(view: View, data: bytes) -> np.ndarray:
     if len(data) != view.nbytes:
         raise errors.Internal(f"{view}: the daemon answered {len(data)} of its {view.nbytes} bytes")
@@ -184,6 +188,8 @@ class Graph:
         self._finalizer = weakref.finalize(self, session._garbage.append, ("graph", self.handle))
         self._finalizer.atexit = False
         self.params: Tuple[GraphParam, ...] = tuple(params)
+        # Per parameter, b"b" (a buffer handle) or b"i" (an integer): the kinds of `_values`.
+        self._kinds = bytes(_BUFFER if p.is_buffer else _INTEGER for p in params)
         self._by_name = {p.name: p for p in params}
         if len(self._by_name) != len(params):  # the handle is freed with this object
             raise errors.InvalidArgument(f"graph {self.handle}: two parameters share a name "
@@ -200,13 +206,15 @@ class Graph:
         larger ones are read after it. With `wait`, returns once the replay has run.
         """
         views, single = self._reads(reads)
-        total = sum(v.nbytes for v in views)
-        if total > INLINE_READ_BYTES:
-            self._run_replay(params, True, [])
+        values = self._values(params)
+        if sum(v.nbytes for v in views) > INLINE_READ_BYTES:
+            self._run_replay(values, True, [])
             arrays = [v.numpy() for v in views]
         else:
-            reply = self._run_replay(params, wait, views)
-            arrays = [_decode(v, d) for v, d in zip(views, reply.replay.reads)]
+            arrays = self.session._replay_round_trip(self.handle, values, self._kinds, wait, views)
+            if arrays is None:  # not on this transport, or not now: the general path
+                reply = self._run_replay(values, wait, views)
+                arrays = [_decode(v, d) for v, d in zip(views, reply.replay.reads)]
         return self._shape_result(arrays, reads, single)
 
     def replay_async(self, reads: Reads = None, wait: bool = False, **params: Any) -> Future:
@@ -217,7 +225,7 @@ class Graph:
         """
         views, single = self._reads(reads)
         req = pb.SessionRequest()
-        self._fill(req.replay, params, wait, views)
+        self._fill(req.replay, self._values(params), wait, views)
         op = Operation()
         stream = self.session._submit(req, op)
         return Future(stream, op, lambda reply: self._shape_result(
@@ -247,7 +255,7 @@ class Graph:
                                              f"(its variables: {[q.name for q in self.params if not q.is_buffer]})")
             base = dict(params)
             base[name] = r.start
-            self._vector(base, seq.base)
+            self._vector(self._values(base), seq.base)
             seq.step_param = p.index
             seq.step = r.step
             seq.count = len(r)
@@ -261,7 +269,7 @@ class Graph:
                 one = dict(params)
                 for k, v in varying.items():
                     one[k] = v[i]
-                self._vector(one, seq.vectors.add().params)
+                self._vector(self._values(one), seq.vectors.add().params)
         else:
             raise errors.InvalidArgument("sequence: give one parameter as a range (pos=range(1, 129)) or "
                                          "parameters as lists")
@@ -281,27 +289,34 @@ class Graph:
 
     # -- plumbing ----------------------------------------------------------------------
 
-    def _run_replay(self, params: Mapping[str, Any], wait: bool, views: Sequence[View]) -> pb.SessionReply:
+    def _run_replay(self, values: List[int], wait: bool, views: Sequence[View]) -> pb.SessionReply:
         req = pb.SessionRequest()
-        self._fill(req.replay, params, wait, views)
+        self._fill(req.replay, values, wait, views)
         return self.session._run(req)
 
-    def _fill(self, r: pb.ReplayGraphRequest, params: Mapping[str, Any], wait: bool,
-              views: Sequence[View]) -> None:
+    def _fill(self, r: pb.ReplayGraphRequest, values: List[int], wait: bool, views: Sequence[View]) -> None:
         r.graph = self.handle
-        self._vector(params, r.params)
+        self._vector(values, r.params)
         r.wait = wait
         add = r.reads.add
         for v in views:
-            if not v.nbytes:  # length 0 on the wire means "to the end of the buffer"
-                raise errors.InvalidArgument(f"reads: {v} is empty")
-            add(buffer=v.buffer.handle, offset=v.offset, length=v.nbytes)
+            add(buffer=v.buffer.handle, offset=v.offset, length=_read_length(v))
 
-    def _vector(self, given: Mapping[str, Any], out: Any) -> None:
-        """Appends the parameter vector for `given` (name -> value) to `out`, a repeated
+    def _vector(self, values: List[int], out: Any) -> None:
+        """Appends the parameter vector `values` (from `_values`) to `out`, a repeated
         ParamValue field."""
-        left = len(given)
         add = out.add
+        for kind, v in zip(self._kinds, values):
+            if kind == _BUFFER:
+                add(buffer=v)
+            else:
+                add(int_value=v)
+
+    def _values(self, given: Mapping[str, Any]) -> List[int]:
+        """The parameter vector for `given` (name -> value): each parameter's buffer handle
+        or integer, in the graph's layout (`_kinds` says which is which)."""
+        left = len(given)
+        values = []
         for p in self.params:
             v = given.get(p.name, p.default)
             if p.name in given:
@@ -314,18 +329,19 @@ class Graph:
                 if d is not None and v is not d and v.dtype != d.dtype:
                     raise errors.InvalidArgument(f"graph {self.handle}: parameter {p.name} was captured as a "
                                                  f"{d.dtype} buffer; got {v!r}")
-                add(buffer=v.handle)
+                values.append(v.handle)
             else:
                 if v is None:
                     raise errors.InvalidArgument(f"graph {self.handle}: variable {p.name} needs a value "
                                                  f"(range {p.variable})")
                 if v.__class__ is not int and not _is_int(v):
                     raise errors.InvalidArgument(f"graph {self.handle}: variable {p.name}={v!r} is not an integer")
-                add(int_value=int(v))
+                values.append(int(v))
         if left:
             unknown = sorted(set(given) - set(self._by_name))
             raise errors.InvalidArgument(f"graph {self.handle}: no parameter named {', '.join(unknown)} "
                                          f"(its parameters: {[p.name for p in self.params]})")
+        return values
 
     def _reads(self, reads: Reads) -> Tuple[List[View], bool]:
         if reads is None:

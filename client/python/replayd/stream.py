@@ -203,6 +203,8 @@ class NativeTransport:
         self.arm_receive = self._call.arm_receive
         self.close = self._call.close
         self.cancel = self._call.cancel
+        # A replay's round trip, encoded and decoded in C++ (SessionStream.replay).
+        self.send_replay = self._call.send_replay
 
     def send(self, request: pb.SessionRequest, with_receive: bool = False) -> bool:
         return self._call.send(request.SerializeToString(), with_receive)
@@ -211,10 +213,22 @@ class NativeTransport:
         try:
             data = self._call.poll(message_only)
         except self._ended as end:
-            code, details = end.args
-            raise Ended(errors.Unavailable("the session stream ended") if code == 0
-                        else errors.from_number(code, details)) from None
+            raise self._end(end) from None
         return None if data is None else pb.SessionReply.FromString(data)
+
+    def receive_replay(self, outputs: Sequence[Any]) -> Tuple[int, int, str, bool, float]:
+        """The next message, a replay's reply: (seq, code, message, final, device_seconds),
+        its reads copied into `outputs` when it succeeded."""
+        try:
+            return self._call.receive_replay(outputs)
+        except self._ended as end:
+            raise self._end(end) from None
+
+    @staticmethod
+    def _end(end: Exception) -> Ended:
+        code, details = end.args
+        return Ended(errors.Unavailable("the session stream ended") if code == 0
+                     else errors.from_number(code, details))
 
 
 def native_available() -> bool:
@@ -325,6 +339,52 @@ class SessionStream:
             self._resume_next = False
             self._pending.append(op)
 
+    def replay(self, graph: int, values: Sequence[int], kinds: bytes, wait: bool,
+               reads: Sequence[Tuple[int, int, int]], outputs: Sequence[Any]) -> Optional[Tuple[int, str]]:
+        """One replay's round trip, encoded and decoded by the transport (its `send_replay`
+        and `receive_replay`), when it has them and nothing else is outstanding: (code,
+        message), the reads copied into `outputs` when code is 0. None where the caller
+        takes the general path (submit and wait); nothing was sent then.
+
+        The replay holds the read turn from its send to its reply, so other threads' requests
+        sent meanwhile are ordered after it and read after it as usual."""
+        transport = self.transport
+        send = getattr(transport, "send_replay", None)
+        if send is None:
+            return None
+        with self._lock:
+            if self._pending or self._reading or self._ended or self._closing or not transport.can_send():
+                return None
+            seq = self._next_seq
+            if not send(seq, self._session, self._resume_next, graph, values, kinds, wait, reads):
+                return None  # the stream has ended: the general path opens another
+            self._next_seq += 1
+            self._resume_next = False
+            self._reading = True
+        reply = None
+        try:
+            reply = transport.receive_replay(outputs)
+        except Ended as end:
+            with self._lock:
+                self._end(end.error)
+            raise end.error from None
+        except ValueError as e:  # a reply that does not match the request
+            raise errors.Internal(f"replay of graph {graph}: {e}") from None
+        finally:
+            with self._lock:
+                self._reading = False
+                if reply is not None and reply[1] != 0 and reply[1] != _ABORTED:
+                    self._resume_next = True
+                if self._pending and not self._ended and not transport.receive_armed():
+                    transport.arm_receive()  # requests sent meanwhile await their replies
+                if self._waiting:
+                    self._turn.notify_all()
+        got_seq, code, message, final, _ = reply
+        if got_seq != seq or not final:
+            raise errors.Internal(f"replay of graph {graph}: the daemon answered request {got_seq} "
+                                  f"({'final' if final else 'not final'}) for request {seq}")
+        return code, message
+
     def wait(self, op: Operation, until: Optional[Callable[[], bool]] = None) -> None:
         """Returns once `op` has finished, or once `until()` holds (checked under the
         stream's lock after each event read)."""
@@ -379,6 +439,15 @@ class SessionStream:
                 if self._waiting:
                     self._turn.notify_all()
 
+    # Requires the lock. The stream has ended with `error`: what is outstanding fails with it.
+    def _end(self, error: errors.Error) -> None:
+        failed = list(self._pending)
+        self._pending.clear()
+        for op in failed:
+            op.error = error
+            op.finished = True
+        self._ended = True
+
     # Requires the read turn, not the lock. Reads one event and dispatches its reply; at
     # the end of the stream fails everything outstanding with its status.
     def _read_one(self, message_only: bool = False) -> None:
@@ -386,12 +455,7 @@ class SessionStream:
             reply = self.transport.poll(message_only)
         except Ended as end:
             with self._lock:
-                failed = list(self._pending)
-                self._pending.clear()
-                for op in failed:
-                    op.error = end.error
-                    op.finished = True
-                self._ended = True
+                self._end(end.error)
             return
         if reply is None:
             return  # a send completed, or metadata: the caller's condition may hold now
