@@ -159,6 +159,10 @@ def test_the_native_replay_encoding_is_the_protobuf_messages(case):
         want.replay.reads.add(buffer=b, offset=o, length=n)
     assert pb.SessionRequest.FromString(data) == want
     assert want.HasField("replay")
+    # The other transports' encoding of the same request.
+    other = replayd.stream.ReplayRequest(graph, values, kinds, wait, reads).proto()
+    other.seq, other.session, other.resume = seq, session, resume
+    assert other == want
 
 
 def test_the_native_replay_reply_decoding_is_the_protobuf_messages():
@@ -190,3 +194,27 @@ def test_the_native_replay_reply_decoding_is_the_protobuf_messages():
         t.decode_replay_reply(reply.SerializeToString(), [np.zeros(32, np.uint8), outputs[1]])
     with pytest.raises(BufferError):  # an output that cannot be written
         t.decode_replay_reply(reply.SerializeToString(), [bytes(16), outputs[1]])
+
+
+@pytest.mark.parametrize("transport", TRANSPORTS)
+def test_a_replay_the_daemon_refuses_fails_alone_and_the_stream_resumes(daemon, transport):
+    """The round trip of one replay (on the native transport encoded and decoded in C++): a
+    refusal raises the daemon's error and leaves the reads' arrays out; the next replay runs,
+    and replays queued behind pending ones take the general path in order."""
+    require_transport(transport)
+    with replayd.connect(daemon.address, transport=transport) as c, c.session("cpu:0") as s:
+        g, x = capture_chain(s, calls=1)
+        before = x.numpy()
+        with pytest.raises(replayd.InvalidArgument, match="pos"):
+            g.replay(pos=0, reads=x)  # below the capture's range: the daemon refuses it
+        np.testing.assert_array_equal(x.numpy(), before)
+        got = g.replay(pos=2, reads=[x, x[:4]])
+        want = before * np.float32(0.5) + np.float32(2)
+        np.testing.assert_array_equal(got[0], want)
+        np.testing.assert_array_equal(got[1], want[:4])
+        futures = [g.replay_async(pos=p) for p in (3, 4)]
+        last = g.replay(pos=5, reads=x[8:16], wait=True)  # behind the two: in order
+        for p in (3, 4, 5):
+            want = want * np.float32(0.5) + np.float32(p)
+        assert all(f.result() is None for f in futures)
+        np.testing.assert_array_equal(last, want[8:16])

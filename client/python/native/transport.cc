@@ -107,17 +107,18 @@ struct ReplayArgs {
   std::vector<std::pair<bool, uint64_t>> params;  // (is a buffer, handle or int64 bits)
   bool wait = false;
   std::vector<std::array<uint64_t, 3>> reads;     // buffer, offset, length
+  int with_receive = 1;                           // send_replay: also read the reply
 };
 
-// Parses (seq, session, resume, graph, values, kinds, wait, reads): `values` a sequence of
-// ints, `kinds` bytes of b"b" (a buffer handle) or b"i" (an int64) per value, `reads` a
-// sequence of (buffer, offset, length).
+// Parses (seq, session, resume, graph, values, kinds, wait, reads[, with_receive]):
+// `values` a sequence of ints, `kinds` bytes of b"b" (a buffer handle) or b"i" (an int64)
+// per value, `reads` a sequence of (buffer, offset, length).
 bool ParseReplayArgs(PyObject* args, ReplayArgs* r) {
   PyObject *values = nullptr, *reads = nullptr;
   Py_buffer kinds;
   int resume = 0, wait = 0;
-  if (!PyArg_ParseTuple(args, "KKpKOy*pO", &r->seq, &r->session, &resume, &r->graph, &values, &kinds, &wait,
-                        &reads)) {
+  if (!PyArg_ParseTuple(args, "KKpKOy*pO|p", &r->seq, &r->session, &resume, &r->graph, &values, &kinds, &wait,
+                        &reads, &r->with_receive)) {
     return false;
   }
   r->resume = resume;
@@ -526,7 +527,7 @@ PyObject* CallSendReplay(CallObject* self, PyObject* args) {
   ReplayArgs r;
   if (!ParseReplayArgs(args, &r)) return nullptr;
   const std::string request = EncodeReplay(r);
-  return StartSend(*self->state, request.data(), request.size(), true);
+  return StartSend(*self->state, request.data(), request.size(), r.with_receive != 0);
 }
 
 // Raises Ended(code, details).
@@ -703,8 +704,8 @@ PyMethodDef kCallMethods[] = {
      "Ended(code, details) once the stream has ended and nothing of it is outstanding. With "
      "message_only, waits on past other completions while a read is outstanding."},
     {"send_replay", reinterpret_cast<PyCFunction>(CallSendReplay), METH_VARARGS,
-     "send_replay(seq, session, resume, graph, values, kinds, wait, reads) -> bool: send() "
-     "of encode_replay's request, with its reply's receive."},
+     "send_replay(seq, session, resume, graph, values, kinds, wait, reads, with_receive=True) "
+     "-> bool: send() of encode_replay's request."},
     {"receive_replay", reinterpret_cast<PyCFunction>(CallReceiveReplay), METH_VARARGS,
      "receive_replay(outputs) -> (seq, code, message, final, device_seconds): waits for the next "
      "message, a replay's reply, and decodes it as decode_replay_reply does; raises Ended as "

@@ -27,7 +27,7 @@ from . import errors
 from ._stubs import pb
 from .session import (INLINE_READ_BYTES, Buffer, DTypeLike, Future, Session, View, Variable, _is_int,
                       _read_length)
-from .stream import Operation
+from .stream import Operation, ReplayRequest
 
 __all__ = ["Capture", "Graph", "GraphParam", "ReplaySequence"]
 
@@ -208,12 +208,13 @@ class Graph:
         views, single = self._reads(reads)
         values = self._values(params)
         if sum(v.nbytes for v in views) > INLINE_READ_BYTES:
-            self._run_replay(values, True, [])
+            self.session._run(self._request(values, True, []))
             arrays = [v.numpy() for v in views]
         else:
-            arrays = self.session._replay_round_trip(self.handle, values, self._kinds, wait, views)
+            request = self._request(values, wait, views)
+            arrays = self.session._replay_round_trip(request, views)
             if arrays is None:  # not on this transport, or not now: the general path
-                reply = self._run_replay(values, wait, views)
+                reply = self.session._run(request)
                 arrays = [_decode(v, d) for v, d in zip(views, reply.replay.reads)]
         return self._shape_result(arrays, reads, single)
 
@@ -224,10 +225,8 @@ class Graph:
         before the oldest reply is read. Reads are limited to 1 MiB in all.
         """
         views, single = self._reads(reads)
-        req = pb.SessionRequest()
-        self._fill(req.replay, self._values(params), wait, views)
         op = Operation()
-        stream = self.session._submit(req, op)
+        stream = self.session._submit(self._request(self._values(params), wait, views), op)
         return Future(stream, op, lambda reply: self._shape_result(
             [_decode(v, d) for v, d in zip(views, reply.replay.reads)], reads, single))
 
@@ -289,18 +288,9 @@ class Graph:
 
     # -- plumbing ----------------------------------------------------------------------
 
-    def _run_replay(self, values: List[int], wait: bool, views: Sequence[View]) -> pb.SessionReply:
-        req = pb.SessionRequest()
-        self._fill(req.replay, values, wait, views)
-        return self.session._run(req)
-
-    def _fill(self, r: pb.ReplayGraphRequest, values: List[int], wait: bool, views: Sequence[View]) -> None:
-        r.graph = self.handle
-        self._vector(values, r.params)
-        r.wait = wait
-        add = r.reads.add
-        for v in views:
-            add(buffer=v.buffer.handle, offset=v.offset, length=_read_length(v))
+    def _request(self, values: List[int], wait: bool, views: Sequence[View]) -> ReplayRequest:
+        return ReplayRequest(self.handle, values, self._kinds, wait,
+                             [(v.buffer.handle, v.offset, _read_length(v)) for v in views])
 
     def _vector(self, values: List[int], out: Any) -> None:
         """Appends the parameter vector `values` (from `_values`) to `out`, a repeated

@@ -25,7 +25,7 @@ import numpy as np
 from . import errors
 from ._stubs import pb
 from .client import Client, Device
-from .stream import NotSent, Operation, SessionStream, open_transport
+from .stream import NotSent, Operation, ReplayRequest, SessionStream, open_transport
 
 __all__ = ["Buffer", "Future", "Program", "Session", "View", "Variable", "parse_signature", "CHUNK_BYTES"]
 
@@ -579,7 +579,8 @@ class Session:
                 self._box[0] = self._stream
             return self._stream
 
-    def _submit(self, request: pb.SessionRequest, op: Operation, awaited: bool = False) -> SessionStream:
+    def _submit(self, request: Union[pb.SessionRequest, ReplayRequest], op: Operation,
+                awaited: bool = False) -> SessionStream:
         """Sends `request` on the session's stream (opened on first use, and again once the
         last has ended) and returns the stream, on which to wait for `op`. `awaited`: the
         caller waits for the reply at once."""
@@ -598,17 +599,16 @@ class Session:
             raise errors.Unavailable(f"session {self.id:016x}: the session stream ended as it opened") from None
         return stream
 
-    def _replay_round_trip(self, graph: int, values: List[int], kinds: bytes, wait: bool,
-                           views: Sequence["View"]) -> Optional[List[np.ndarray]]:
-        """Replays `graph` and returns `views`' contents after it, through the transport's
-        own encoding of a replay (the native transport's), when it has one and the stream
-        has nothing else outstanding; None otherwise, for the general path."""
+    def _replay_round_trip(self, request: ReplayRequest, views: Sequence["View"]) -> Optional[List[np.ndarray]]:
+        """Runs `request` and returns `views`' contents after it (the request's reads),
+        through the transport's own encoding and decoding of a replay (the native
+        transport's), when it has one and the stream has nothing else outstanding; None
+        otherwise, for the general path."""
         stream = self._stream
         if stream is None or self._closed:
             stream = self._open_stream()
         outputs = [np.empty(v.shape, v.dtype) for v in views]
-        reads = [(v.buffer.handle, v.offset, _read_length(v)) for v in views]
-        result = stream.replay(graph, values, kinds, wait, reads, outputs)
+        result = stream.replay(request, outputs)
         if result is None:
             return None
         code, message = result
@@ -616,7 +616,7 @@ class Session:
             raise errors.from_number(code, message)
         return outputs
 
-    def _run(self, request: pb.SessionRequest, partial: Any = None) -> pb.SessionReply:
+    def _run(self, request: Union[pb.SessionRequest, ReplayRequest], partial: Any = None) -> pb.SessionReply:
         op = Operation(partial)
         self._submit(request, op, awaited=partial is None).wait(op)
         return op.result()

@@ -31,7 +31,7 @@ from __future__ import annotations
 import collections
 import queue
 import threading
-from typing import Any, Callable, Deque, Optional, Sequence, Tuple
+from typing import Any, Callable, Deque, Optional, Sequence, Tuple, Union
 
 import grpc
 
@@ -39,6 +39,7 @@ from . import errors
 from ._stubs import pb
 
 _ABORTED = grpc.StatusCode.ABORTED.value[0]
+_BUFFER = ord("b")  # a ReplayRequest's kind of a buffer handle (b"i": an integer)
 SESSION_METHOD = "/replayd.v1.Replayd/Session"
 
 Metadata = Optional[Sequence[Tuple[str, str]]]
@@ -259,6 +260,37 @@ def open_transport(channel: grpc.Channel, metadata: Metadata, kind: str,
         return ThreadedTransport(channel, metadata)
 
 
+class ReplayRequest:
+    """A replay to send on the stream: `graph`, its parameter vector `values` with `kinds`
+    (b"b" a buffer handle, b"i" an integer, per value), `wait`, and `reads` as (buffer,
+    offset, length). The native transport encodes it in C++; `proto()` is the same request
+    as a protobuf message, for the others."""
+
+    __slots__ = ("graph", "fields")
+
+    def __init__(self, graph: int, values: Sequence[int], kinds: bytes, wait: bool,
+                 reads: Sequence[Tuple[int, int, int]]) -> None:
+        self.graph = graph
+        self.fields = (graph, values, kinds, wait, reads)
+
+    def proto(self) -> pb.SessionRequest:
+        graph, values, kinds, wait, reads = self.fields
+        req = pb.SessionRequest()
+        r = req.replay
+        r.graph = graph
+        add = r.params.add
+        for kind, v in zip(kinds, values):
+            if kind == _BUFFER:
+                add(buffer=v)
+            else:
+                add(int_value=v)
+        r.wait = wait
+        add = r.reads.add
+        for buffer, offset, length in reads:
+            add(buffer=buffer, offset=offset, length=length)
+        return req
+
+
 class NotSent(Exception):
     """The stream had ended before the request went out; a new stream may carry it."""
 
@@ -306,9 +338,11 @@ class SessionStream:
         with self._lock:
             return not (self._ended or self._closing)
 
-    def submit(self, request: pb.SessionRequest, op: Operation, awaited: bool = False) -> None:
+    def submit(self, request: Union[pb.SessionRequest, "ReplayRequest"], op: Operation,
+               awaited: bool = False) -> None:
         """Sends `request` (its seq, session and resume are set here) for `op`. `awaited`:
-        the caller waits for the reply at once (a round trip).
+        the caller waits for the reply at once (a round trip). A ReplayRequest is encoded by
+        the transport where it can (`send_replay`), else as its protobuf message.
 
         Raises NotSent when the stream had ended with nothing outstanding, so that the
         caller may send it on a new stream with nothing reordered. A stream that ends after
@@ -320,14 +354,22 @@ class SessionStream:
                     len(self._pending) < self._window and self.transport.can_send()))
             if self._ended or self._closing:
                 raise NotSent()
-            request.seq = self._next_seq
-            request.session = self._session
-            request.resume = self._resume_next
             transport = self.transport
             alone = awaited and not self._pending
             if not alone and not transport.receive_armed():
                 transport.arm_receive()
-            if not transport.send(request, with_receive=alone):
+            if request.__class__ is ReplayRequest:
+                send_replay = getattr(transport, "send_replay", None)
+                if send_replay is not None:
+                    sent = send_replay(self._next_seq, self._session, self._resume_next, *request.fields, alone)
+                else:
+                    request = request.proto()
+            if request.__class__ is not ReplayRequest:
+                request.seq = self._next_seq
+                request.session = self._session
+                request.resume = self._resume_next
+                sent = transport.send(request, with_receive=alone)
+            if not sent:
                 if not self._pending:
                     raise NotSent()
                 # Behind others: it fails with them when the end is read; nothing reordered.
@@ -339,8 +381,7 @@ class SessionStream:
             self._resume_next = False
             self._pending.append(op)
 
-    def replay(self, graph: int, values: Sequence[int], kinds: bytes, wait: bool,
-               reads: Sequence[Tuple[int, int, int]], outputs: Sequence[Any]) -> Optional[Tuple[int, str]]:
+    def replay(self, request: "ReplayRequest", outputs: Sequence[Any]) -> Optional[Tuple[int, str]]:
         """One replay's round trip, encoded and decoded by the transport (its `send_replay`
         and `receive_replay`), when it has them and nothing else is outstanding: (code,
         message), the reads copied into `outputs` when code is 0. None where the caller
@@ -356,7 +397,7 @@ class SessionStream:
             if self._pending or self._reading or self._ended or self._closing or not transport.can_send():
                 return None
             seq = self._next_seq
-            if not send(seq, self._session, self._resume_next, graph, values, kinds, wait, reads):
+            if not send(seq, self._session, self._resume_next, *request.fields, True):
                 return None  # the stream has ended: the general path opens another
             self._next_seq += 1
             self._resume_next = False
@@ -369,7 +410,7 @@ class SessionStream:
                 self._end(end.error)
             raise end.error from None
         except ValueError as e:  # a reply that does not match the request
-            raise errors.Internal(f"replay of graph {graph}: {e}") from None
+            raise errors.Internal(f"replay of graph {request.graph}: {e}") from None
         finally:
             with self._lock:
                 self._reading = False
@@ -381,7 +422,7 @@ class SessionStream:
                     self._turn.notify_all()
         got_seq, code, message, final, _ = reply
         if got_seq != seq or not final:
-            raise errors.Internal(f"replay of graph {graph}: the daemon answered request {got_seq} "
+            raise errors.Internal(f"replay of graph {request.graph}: the daemon answered request {got_seq} "
                                   f"({'final' if final else 'not final'}) for request {seq}")
         return code, message
 
