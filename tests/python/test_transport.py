@@ -3,6 +3,7 @@ and what each does when the daemon goes away or a session is dropped mid-pipelin
 
 from __future__ import annotations
 
+import _thread
 import gc
 import random
 import threading
@@ -218,3 +219,29 @@ def test_a_replay_the_daemon_refuses_fails_alone_and_the_stream_resumes(daemon, 
             want = want * np.float32(0.5) + np.float32(p)
         assert all(f.result() is None for f in futures)
         np.testing.assert_array_equal(last, want[8:16])
+
+
+def test_ctrl_c_interrupts_a_native_replay_and_the_stream_goes_on(daemon):
+    """A KeyboardInterrupt while a replay runs long reaches the waiting thread; the replay's
+    reply, still due, is read and dropped, and the session's next replay answers its own."""
+    require_transport("native")
+    spin = r"""
+void spin(float *x, int n, int rounds) {
+  volatile long k = 0;
+  for (long i = 0; i < (long)rounds * 1000000L; ++i) k += i;
+  x[0] = (float)n;
+}"""
+    with replayd.connect(daemon.address, transport="native") as c, c.session("cpu:0") as s:
+        program = s.program(spin, "spin", "inout,int32,int32")
+        x = s.array(np.zeros(4, np.float32), name="x")
+        with s.capture(inputs=[x], n=(0, 100), rounds=(0, 100000)) as cap:
+            s.launch(program, [x, "n", "rounds"], n=0, rounds=0)
+        g = cap.graph
+        timer = threading.Timer(0.3, _thread.interrupt_main)
+        timer.start()
+        with pytest.raises(KeyboardInterrupt):
+            g.replay(n=7, rounds=2000, reads=x)  # seconds of spinning
+        timer.join()
+        # Interrupted while waiting: the reply has not come yet, and is awaited as any other.
+        assert [op.finished for op in s._stream._pending] == [False]
+        np.testing.assert_array_equal(g.replay(n=9, rounds=0, reads=x), [9, 0, 0, 0])

@@ -40,6 +40,7 @@
 #include <grpcpp/grpcpp.h>
 
 #include <array>
+#include <chrono>
 #include <cstring>
 #include <memory>
 #include <string_view>
@@ -55,6 +56,9 @@ enum Step : intptr_t { kInitial = 1, kWrite, kRead, kWritesDone, kFinish };
 void* TagOf(Step s) { return reinterpret_cast<void*>(static_cast<intptr_t>(s)); }
 
 PyObject* ended_error = nullptr;  // replayd._transport.Ended, set when the module loads
+
+// How long a poll waits before it looks for a signal to raise (KeyboardInterrupt).
+constexpr std::chrono::milliseconds kSignalCheck(100);
 
 // Bytes, or None, from a Python argument; false (with an exception set) for anything else.
 bool OptionalBytes(PyObject* o, const char* what, std::string* out) {
@@ -551,11 +555,17 @@ PyObject* PollOnce(CallState& c) {
   }
   void* tag = nullptr;
   bool ok = false;
-  bool got;
-  Py_BEGIN_ALLOW_THREADS
-  got = c.queue.Next(&tag, &ok);
-  Py_END_ALLOW_THREADS
-  if (!got) {  // the queue was shut down: only after the call has ended
+  grpc::CompletionQueue::NextStatus got;
+  for (;;) {
+    // Waits in slices, so that a signal (Ctrl-C) is seen while the daemon takes its time;
+    // what is outstanding stays outstanding for the next poll.
+    Py_BEGIN_ALLOW_THREADS
+    got = c.queue.AsyncNext(&tag, &ok, std::chrono::system_clock::now() + kSignalCheck);
+    Py_END_ALLOW_THREADS
+    if (got != grpc::CompletionQueue::TIMEOUT) break;
+    if (PyErr_CheckSignals() < 0) return nullptr;
+  }
+  if (got == grpc::CompletionQueue::SHUTDOWN) {  // only after the call has ended
     c.outstanding = 0;
     return RaiseEnded(grpc::Status(grpc::StatusCode::UNAVAILABLE, "the session stream ended"));
   }

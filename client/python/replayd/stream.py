@@ -411,6 +411,12 @@ class SessionStream:
             raise end.error from None
         except ValueError as e:  # a reply that does not match the request
             raise errors.Internal(f"replay of graph {request.graph}: {e}") from None
+        except BaseException:  # KeyboardInterrupt while waiting: the reply is still due
+            with self._lock:
+                placeholder = Operation()
+                placeholder.seq = seq
+                self._pending.appendleft(placeholder)  # read, and dropped, as any other's
+            raise
         finally:
             with self._lock:
                 self._reading = False
