@@ -173,7 +173,9 @@ def test_the_native_replay_reply_decoding_is_the_protobuf_messages():
     reply.replay.device_seconds = 0.125
     reply.replay.reads.extend([bytes(range(16)), b"\x01" * 4096])
     outputs = [np.zeros(16, np.uint8), np.zeros(1024, np.float32)]
-    assert t.decode_replay_reply(reply.SerializeToString(), outputs) == ((1 << 40) + 3, 0, "", True, 0.125)
+    decoded = t.decode_replay_reply(reply.SerializeToString(), outputs)
+    assert decoded == ((1 << 40) + 3, 0, "", True, 0.125)
+    assert (decoded.seq, decoded.code, decoded.final, decoded.device_seconds) == ((1 << 40) + 3, 0, True, 0.125)
     np.testing.assert_array_equal(outputs[0], np.arange(16, dtype=np.uint8))
     assert outputs[1].tobytes() == b"\x01" * 4096
 

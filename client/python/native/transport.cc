@@ -22,8 +22,10 @@
 //                                       ended and nothing of it is outstanding; with
 //                                       message_only, only a message or the end while a
 //                                       read is outstanding
-//   Call.send_replay(...), Call.receive_replay(outputs)
-//                                       a replay's round trip, encoded and decoded here
+//   Call.send_replay(...), Call.receive_replay(outputs), Call.poll_replay(message_only, outputs)
+//                                       a replay's request encoded here, its reply decoded
+//                                       here (a ReplayReply), its reads copied into numpy
+//                                       arrays
 //   encode_replay(...), decode_replay_reply(data, outputs)
 //                                       the same encoding, for tests
 //   Call.close()                        no more messages will be sent (half close); reads
@@ -317,16 +319,33 @@ bool FillOutputs(const ReplayReply& r, PyObject* outputs) {
   return ok;
 }
 
-// (seq, code, message, final, device_seconds) of a reply, its reads copied into `outputs`
-// when it succeeded.
+// replayd._transport.ReplayReply: a reply's fields, as a SessionReply's are named.
+PyStructSequence_Field kReplyFields[] = {{"seq", nullptr},     {"code", nullptr},           {"message", nullptr},
+                                         {"final", nullptr},   {"device_seconds", nullptr}, {nullptr, nullptr}};
+PyStructSequence_Desc kReplyDesc = {"replayd._transport.ReplayReply",
+                                    "A replay's reply: (seq, code, message, final, device_seconds).", kReplyFields,
+                                    5};
+PyTypeObject* reply_type = nullptr;  // set when the module loads
+
+// The ReplayReply of a reply, its reads copied into `outputs` when it succeeded.
 PyObject* ReplayResult(std::string_view data, PyObject* outputs) {
   ReplayReply r;
   if (!DecodeReplayReply(data, &r)) return nullptr;
   if (r.code == 0 && r.final && !FillOutputs(r, outputs)) return nullptr;
-  return Py_BuildValue("(KLs#Od)", static_cast<unsigned long long>(r.seq), static_cast<long long>(r.code),
-                       r.message.empty() ? "" : r.message.data(), static_cast<Py_ssize_t>(r.message.size()),
-                       r.final ? Py_True : Py_False,
-                       r.device_seconds);
+  PyObject* result = PyStructSequence_New(reply_type);
+  if (result == nullptr) return nullptr;
+  PyObject* fields[] = {PyLong_FromUnsignedLongLong(r.seq), PyLong_FromLongLong(r.code),
+                        PyUnicode_DecodeUTF8(r.message.data(), static_cast<Py_ssize_t>(r.message.size()), "replace"),
+                        PyBool_FromLong(r.final), PyFloat_FromDouble(r.device_seconds)};
+  for (int i = 0; i < 5; ++i) {
+    if (fields[i] == nullptr) {
+      for (int j = i + 1; j < 5; ++j) Py_XDECREF(fields[j]);
+      Py_DECREF(result);  // frees the fields set so far
+      return nullptr;
+    }
+    PyStructSequence_SetItem(result, i, fields[i]);
+  }
+  return result;
 }
 
 PyObject* EncodeReplayFunction(PyObject*, PyObject* args) {
@@ -631,8 +650,29 @@ PyObject* CallPoll(CallObject* self, PyObject* args) {
   }
 }
 
+// poll(), with a message decoded as a replay's reply: its ReplayReply, its reads copied
+// into `outputs`.
+PyObject* CallPollReplay(CallObject* self, PyObject* args) {
+  int message_only = 0;
+  PyObject* outputs = nullptr;
+  if (!PyArg_ParseTuple(args, "pO", &message_only, &outputs)) return nullptr;
+  CallState& c = *self->state;
+  for (;;) {
+    PyObject* message = PollOnce(c);
+    if (message == nullptr) return nullptr;
+    if (message != Py_None) {
+      PyObject* result =
+          ReplayResult(std::string_view(PyBytes_AS_STRING(message), PyBytes_GET_SIZE(message)), outputs);
+      Py_DECREF(message);
+      return result;
+    }
+    if (!message_only || !c.reading) return message;
+    Py_DECREF(message);
+  }
+}
+
 // Waits for the next message, the reply of a replay sent with send_replay, and returns
-// decode_replay_reply's tuple for it. Raises Ended as poll does.
+// decode_replay_reply's ReplayReply for it. Raises Ended as poll does.
 PyObject* CallReceiveReplay(CallObject* self, PyObject* args) {
   PyObject* outputs = nullptr;
   if (!PyArg_ParseTuple(args, "O", &outputs)) return nullptr;
@@ -716,8 +756,11 @@ PyMethodDef kCallMethods[] = {
     {"send_replay", reinterpret_cast<PyCFunction>(CallSendReplay), METH_VARARGS,
      "send_replay(seq, session, resume, graph, values, kinds, wait, reads, with_receive=True) "
      "-> bool: send() of encode_replay's request."},
+    {"poll_replay", reinterpret_cast<PyCFunction>(CallPollReplay), METH_VARARGS,
+     "poll_replay(message_only, outputs) -> ReplayReply or None: poll(), a message decoded as "
+     "a replay's reply, its reads copied into `outputs` when it succeeded."},
     {"receive_replay", reinterpret_cast<PyCFunction>(CallReceiveReplay), METH_VARARGS,
-     "receive_replay(outputs) -> (seq, code, message, final, device_seconds): waits for the next "
+     "receive_replay(outputs) -> ReplayReply: waits for the next "
      "message, a replay's reply, and decodes it as decode_replay_reply does; raises Ended as "
      "poll does."},
     {"close", reinterpret_cast<PyCFunction>(CallClose), METH_NOARGS,
@@ -784,9 +827,9 @@ PyMethodDef kModuleMethods[] = {
      "SessionRequest replaying `graph`: `values` its parameter vector, `kinds` b'b' (a buffer "
      "handle) or b'i' (an integer) per value, `reads` (buffer, offset, length) views."},
     {"decode_replay_reply", DecodeReplayFunction, METH_VARARGS,
-     "decode_replay_reply(data, outputs) -> (seq, code, message, final, device_seconds): a "
-     "SessionReply's fields; a final reply's reads are copied into `outputs` (writable buffers "
-     "of each read's size) when its code is 0."},
+     "decode_replay_reply(data, outputs) -> ReplayReply (seq, code, message, final, "
+     "device_seconds): a SessionReply's fields; a final reply's reads are copied into `outputs` "
+     "(writable buffers of each read's size) when its code is 0."},
     {nullptr, nullptr, 0, nullptr}};
 
 PyModuleDef module_def = {PyModuleDef_HEAD_INIT, "_transport",
@@ -811,6 +854,8 @@ PyMODINIT_FUNC PyInit__transport() {
   call_type.tp_dealloc = reinterpret_cast<destructor>(CallDealloc);
   call_type.tp_methods = kCallMethods;
   if (PyType_Ready(&channel_type) < 0 || PyType_Ready(&call_type) < 0) return nullptr;
+  reply_type = PyStructSequence_NewType(&kReplyDesc);
+  if (reply_type == nullptr) return nullptr;
   PyObject* module = PyModule_Create(&module_def);
   if (module == nullptr) return nullptr;
   ended_error = PyErr_NewExceptionWithDoc("replayd._transport.Ended",
@@ -820,7 +865,8 @@ PyMODINIT_FUNC PyInit__transport() {
   Py_INCREF(&call_type);
   if (ended_error == nullptr || PyModule_AddObject(module, "Channel", reinterpret_cast<PyObject*>(&channel_type)) < 0 ||
       PyModule_AddObject(module, "Call", reinterpret_cast<PyObject*>(&call_type)) < 0 ||
-      PyModule_AddObject(module, "Ended", ended_error) < 0) {
+      PyModule_AddObject(module, "Ended", ended_error) < 0 ||
+      PyModule_AddObject(module, "ReplayReply", reinterpret_cast<PyObject*>(reply_type)) < 0) {
     Py_DECREF(module);
     return nullptr;
   }

@@ -31,7 +31,7 @@ from __future__ import annotations
 import collections
 import queue
 import threading
-from typing import Any, Callable, Deque, Optional, Sequence, Tuple, Union
+from typing import Any, Callable, Deque, List, Optional, Sequence, Tuple, Union
 
 import grpc
 
@@ -217,6 +217,15 @@ class NativeTransport:
             raise self._end(end) from None
         return None if data is None else pb.SessionReply.FromString(data)
 
+    def poll_replay(self, message_only: bool, outputs: Sequence[Any]) -> Any:
+        """poll(), a message decoded as a replay's reply (a ReplayReply: seq, code,
+        message, final, device_seconds), its reads copied into `outputs` when it
+        succeeded."""
+        try:
+            return self._call.poll_replay(message_only, outputs)
+        except self._ended as end:
+            raise self._end(end) from None
+
     def receive_replay(self, outputs: Sequence[Any]) -> Tuple[int, int, str, bool, float]:
         """The next message, a replay's reply: (seq, code, message, final, device_seconds),
         its reads copied into `outputs` when it succeeded."""
@@ -299,16 +308,20 @@ class Operation:
     """One request on the stream: its replies arrive through `partial` (the non-final ones
     of a replay sequence) and as `reply` or `error`, on whichever thread reads them."""
 
-    __slots__ = ("seq", "reply", "error", "finished", "partial")
+    __slots__ = ("seq", "reply", "error", "finished", "partial", "outputs")
 
-    def __init__(self, partial: Optional[Callable[[pb.SessionReply], None]] = None) -> None:
+    def __init__(self, partial: Optional[Callable[[pb.SessionReply], None]] = None,
+                 outputs: Optional[List[Any]] = None) -> None:
         self.seq = 0
-        self.reply: Optional[pb.SessionReply] = None
+        self.reply: Any = None  # a SessionReply, or the transport's ReplayReply (below)
         self.error: Optional[errors.Error] = None
         self.finished = False
         self.partial = partial
+        # A replay's: the arrays its reads are decoded into by a transport that decodes
+        # replays itself (poll_replay); its reply is then that transport's ReplayReply.
+        self.outputs = outputs
 
-    def result(self) -> pb.SessionReply:
+    def result(self) -> Any:
         """The final reply; raises the operation's error. Only once `finished`."""
         if self.error is not None:
             raise self.error
@@ -321,6 +334,7 @@ class SessionStream:
 
     def __init__(self, transport: Any, session: int, window: int) -> None:
         self.transport = transport
+        self._poll_replay = getattr(transport, "poll_replay", None)
         self._session = session
         self._window = max(1, window)
         self._lock = threading.Lock()
@@ -498,8 +512,13 @@ class SessionStream:
     # Requires the read turn, not the lock. Reads one event and dispatches its reply; at
     # the end of the stream fails everything outstanding with its status.
     def _read_one(self, message_only: bool = False) -> None:
+        pending = self._pending  # only the turn's holder pops: its front stays put
+        outputs = pending[0].outputs if pending else None
         try:
-            reply = self.transport.poll(message_only)
+            if outputs is not None and self._poll_replay is not None:
+                reply = self._poll_replay(message_only, outputs)  # the front's reply, decoded
+            else:
+                reply = self.transport.poll(message_only)
         except Ended as end:
             with self._lock:
                 self._end(end.error)
