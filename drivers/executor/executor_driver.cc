@@ -309,11 +309,7 @@ class ExecutorContext : public Context {
     return TimeOf(*reply);
   }
 
-  absl::Status Synchronize() override {
-    Request r;
-    r.set_synchronize(true);
-    return executor_->Call(*link_, r, "synchronizing").status();
-  }
+  absl::Status Synchronize() override { return executor_->Synchronize(*link_); }
 
   absl::StatusOr<std::unique_ptr<DeviceGraph>> Instantiate(std::span<const GraphNode> nodes,
                                                            std::span<const std::pair<size_t, size_t>> edges) override {
@@ -552,6 +548,21 @@ absl::StatusOr<std::shared_ptr<Executor::Link>> Executor::OpenContext() {
 absl::StatusOr<Reply> Executor::Call(Link& link, Request& request, absl::string_view what,
                                      std::span<const uint8_t> in, std::span<uint8_t> out) {
   absl::MutexLock lock(&link.mu);
+  return CallLocked(link, request, what, in, out);
+}
+
+absl::Status Executor::Synchronize(Link& link) {
+  absl::MutexLock lock(&link.mu);
+  if (!link.unsynchronized && link.pending.empty()) return health();
+  Request r;
+  r.set_synchronize(true);
+  absl::StatusOr<Reply> reply = CallLocked(link, r, "synchronizing", {}, {});
+  if (reply.ok()) link.unsynchronized = false;
+  return reply.status();
+}
+
+absl::StatusOr<Reply> Executor::CallLocked(Link& link, Request& request, absl::string_view what,
+                                           std::span<const uint8_t> in, std::span<uint8_t> out) {
   if (absl::Status s = Send(link, request, what, in, /*after_all=*/false); !s.ok()) return s;
   // One sleep for this command's reply, not one per reply before it: those stay in their
   // slots until more commands are posted.
@@ -613,6 +624,7 @@ absl::Status Executor::Post(Link& link, Request& request, absl::string_view what
 absl::Status Executor::Send(Link& link, Request& request, absl::string_view what, std::span<const uint8_t> in,
                             bool after_all) {
   request.set_epoch(link.failures.load(std::memory_order_relaxed));
+  if (!request.has_synchronize()) link.unsynchronized = true;
   size_t size = request.ByteSizeLong();
   // The epoch may grow while earlier replies are read below: by at most 11 bytes.
   const bool long_message = size + 11 > Channel::kSlotBytes;

@@ -116,6 +116,9 @@ class Executor {
     // failed part-way sends every node at its next launch.
     std::atomic<uint64_t> failures{0};
     bool wants_edges = false;  // the context's in the executor (Context::wants_edges), set as it opens
+    // A command other than a synchronize has been sent since the last synchronize that
+    // succeeded: the context may have device work to wait for.
+    bool unsynchronized ABSL_GUARDED_BY(mu) = false;
     explicit Link(Channel c) : channel(std::move(c)) {}
   };
 
@@ -159,6 +162,11 @@ class Executor {
   // Sends `request` on `link` and returns without its reply: the executor runs it while
   // the daemon goes on (a launch without wait). Its failure is a later command's answer.
   absl::Status Post(Link& link, Request& request, absl::string_view what);
+  // Waits until the context's device work has finished (a synchronize command), or its
+  // first failure, as Call. Without a round trip when nothing but synchronizes has been
+  // sent since the last one that succeeded and nothing is in flight (a session that ran
+  // nothing closes without one).
+  absl::Status Synchronize(Link& link);
   // Call for a command that gives something back (a free, a context's close): it runs
   // after every earlier command has answered, even after a refusal, which nobody is told
   // then.
@@ -198,6 +206,9 @@ class Executor {
   // executor has ended.
   absl::Status Send(Link& link, Request& request, absl::string_view what, std::span<const uint8_t> in,
                     bool after_all) ABSL_EXCLUSIVE_LOCKS_REQUIRED(link.mu);
+  // Call, with the link's lock held.
+  absl::StatusOr<Reply> CallLocked(Link& link, Request& request, absl::string_view what, std::span<const uint8_t> in,
+                                   std::span<uint8_t> out) ABSL_EXCLUSIVE_LOCKS_REQUIRED(link.mu);
   // With two or more commands unanswered, sleeps once until the last is answered (or the
   // oldest's deadline passes, or the executor ends); reads none of the replies.
   void AwaitLast(Link& link) ABSL_EXCLUSIVE_LOCKS_REQUIRED(link.mu);

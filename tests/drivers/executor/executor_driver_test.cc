@@ -486,6 +486,49 @@ TEST_F(ExecutorDriverTest, ALaunchWithoutWaitRunsWhileTheDaemonGoesOnAndItsFailu
   c->Free(x);
 }
 
+// A synchronize with nothing but synchronizes sent since the last one that succeeded
+// (a session that ran nothing, as it closes) asks nothing of the executor: here it
+// answers while the executor is stopped, where a round trip would wait out the 3 s
+// limit and end it. Once work is sent, it waits for the executor again.
+TEST_F(ExecutorDriverTest, ASynchronizeWithNothingSentSinceTheLastAsksNothingOfTheExecutor) {
+  device_ = MakeDevice(absl::Seconds(3));
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<Context> c, device_->OpenContext({"a"}));
+  const pid_t executor = device_->ExecutorOf("a")->pid();
+  ASSERT_EQ(kill(executor, SIGSTOP), 0);
+  absl::Status idle = c->Synchronize();
+  ASSERT_EQ(kill(executor, SIGCONT), 0);
+  EXPECT_TRUE(idle.ok()) << idle;
+
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<Kernel> k,
+                       Build(*device_, *c, "void inc(float *x) { x[0] += 1; }", "inc", Sig({kInout})));
+  ASSERT_OK_AND_ASSIGN(Allocation x, c->Allocate(4));
+  ArgValue args[1];
+  args[0].address = x.address;
+  ASSERT_TRUE(c->Launch(*k, args, {1, 1, 1}, {1, 1, 1}, false).ok());
+  ASSERT_EQ(kill(executor, SIGSTOP), 0);
+  std::thread resume([executor] {
+    absl::SleepFor(absl::Milliseconds(300));
+    kill(executor, SIGCONT);
+  });
+  const absl::Time start = absl::Now();
+  absl::Status after_work = c->Synchronize();  // waits for the executor to run again
+  const absl::Duration waited = absl::Now() - start;
+  resume.join();
+  EXPECT_TRUE(after_work.ok()) << after_work;
+  EXPECT_GE(waited, absl::Milliseconds(250)) << "it answered without the executor";
+  float v = 0;
+  ASSERT_TRUE(c->Read(x, 0, {reinterpret_cast<uint8_t*>(&v), 4}).ok());
+  EXPECT_EQ(v, 1.0f);
+  ASSERT_TRUE(c->Synchronize().ok());  // the read was sent since: a round trip, then none
+  ASSERT_EQ(kill(executor, SIGSTOP), 0);
+  idle = c->Synchronize();
+  ASSERT_EQ(kill(executor, SIGCONT), 0);
+  EXPECT_TRUE(idle.ok()) << idle;
+  EXPECT_TRUE(c->health().ok());
+  k.reset();
+  c->Free(x);
+}
+
 TEST_F(ExecutorDriverTest, EachTenantHasItsOwnExecutorAndItsContextsShareIt) {
   ASSERT_OK_AND_ASSIGN(std::unique_ptr<Context> a1, device_->OpenContext({"a"}));
   ASSERT_OK_AND_ASSIGN(std::unique_ptr<Context> a2, device_->OpenContext({"a"}));
