@@ -157,7 +157,7 @@ bool ParseReplayArgs(PyObject* args, ReplayArgs* r) {
   PyObject* read_seq = PySequence_Fast(reads, "reads: a sequence of (buffer, offset, length)");
   if (read_seq == nullptr) return false;
   for (Py_ssize_t i = 0; ok && i < PySequence_Fast_GET_SIZE(read_seq); ++i) {
-    unsigned long long buffer, offset, length;
+    unsigned long long buffer = 0, offset = 0, length = 0;
     PyObject* view = PySequence_Fast_GET_ITEM(read_seq, i);
     ok = PyTuple_Check(view) && PyArg_ParseTuple(view, "KKK", &buffer, &offset, &length);
     if (!ok && !PyErr_Occurred()) PyErr_SetString(PyExc_TypeError, "reads: a sequence of (buffer, offset, length)");
@@ -203,7 +203,7 @@ class WireReader {
   WireReader(const char* data, size_t size) : p_(data), end_(data + size) {}
   bool Next(int* field, int* wire_type, uint64_t* value, std::string_view* bytes) {
     if (p_ == end_) return false;
-    uint64_t key;
+    uint64_t key = 0;
     if (!Varint(&key)) return false;
     *field = static_cast<int>(key >> 3);
     *wire_type = static_cast<int>(key & 7);
@@ -215,7 +215,7 @@ class WireReader {
       case 5:
         return Fixed(4, value);
       case 2: {
-        uint64_t n;
+        uint64_t n = 0;
         if (!Varint(&n) || n > static_cast<uint64_t>(end_ - p_)) return Fail();
         *bytes = std::string_view(p_, n);
         p_ += n;
@@ -267,7 +267,7 @@ struct ReplayReply {
 // False (with a Python exception set) for bytes that are not such a reply.
 bool DecodeReplayReply(std::string_view data, ReplayReply* r) {
   WireReader reply(data.data(), data.size());
-  int field, wire_type;
+  int field = 0, wire_type = 0;
   uint64_t value = 0;
   std::string_view bytes;
   while (reply.Next(&field, &wire_type, &value, &bytes)) {
@@ -574,7 +574,7 @@ PyObject* PollOnce(CallState& c) {
   }
   void* tag = nullptr;
   bool ok = false;
-  grpc::CompletionQueue::NextStatus got;
+  grpc::CompletionQueue::NextStatus got = grpc::CompletionQueue::TIMEOUT;
   for (;;) {
     // Waits in slices, so that a signal (Ctrl-C) is seen while the daemon takes its time;
     // what is outstanding stays outstanding for the next poll.
@@ -725,8 +725,8 @@ void CallDealloc(CallObject* self) {
   if (c != nullptr) {
     Py_BEGIN_ALLOW_THREADS
     if (c->outstanding > 0) c->context.TryCancel();
-    void* tag;
-    bool ok;
+    void* tag = nullptr;
+    bool ok = false;
     while (c->outstanding > 0 && c->queue.Next(&tag, &ok)) --c->outstanding;
     c->queue.Shutdown();
     while (c->queue.Next(&tag, &ok)) {
