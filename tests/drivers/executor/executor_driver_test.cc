@@ -486,6 +486,25 @@ TEST_F(ExecutorDriverTest, ALaunchWithoutWaitRunsWhileTheDaemonGoesOnAndItsFailu
   c->Free(x);
 }
 
+// Stops `pid` (SIGSTOP) and returns once every thread of it is stopped: kill returns
+// before the signal lands, and a spinning executor thread may take a command meanwhile.
+bool StopAndWait(pid_t pid) {
+  if (kill(pid, SIGSTOP) != 0) return false;
+  for (int i = 0; i < 2000; ++i) {
+    bool all = true;
+    for (const auto& task : std::filesystem::directory_iterator(absl::StrCat("/proc/", pid, "/task"))) {
+      std::ifstream stat(task.path() / "stat");
+      std::string line;
+      std::getline(stat, line);
+      const size_t close = line.rfind(')');  // the state follows the command's name
+      if (close == std::string::npos || close + 2 >= line.size() || line[close + 2] != 'T') all = false;
+    }
+    if (all) return true;
+    absl::SleepFor(absl::Milliseconds(5));
+  }
+  return false;
+}
+
 // A synchronize with nothing but synchronizes sent since the last one that succeeded
 // (a session that ran nothing, as it closes) asks nothing of the executor: here it
 // answers while the executor is stopped, where a round trip would wait out the 3 s
@@ -494,7 +513,7 @@ TEST_F(ExecutorDriverTest, ASynchronizeWithNothingSentSinceTheLastAsksNothingOfT
   device_ = MakeDevice(absl::Seconds(3));
   ASSERT_OK_AND_ASSIGN(std::unique_ptr<Context> c, device_->OpenContext({"a"}));
   const pid_t executor = device_->ExecutorOf("a")->pid();
-  ASSERT_EQ(kill(executor, SIGSTOP), 0);
+  ASSERT_TRUE(StopAndWait(executor));
   absl::Status idle = c->Synchronize();
   ASSERT_EQ(kill(executor, SIGCONT), 0);
   EXPECT_TRUE(idle.ok()) << idle;
@@ -505,7 +524,7 @@ TEST_F(ExecutorDriverTest, ASynchronizeWithNothingSentSinceTheLastAsksNothingOfT
   ArgValue args[1];
   args[0].address = x.address;
   ASSERT_TRUE(c->Launch(*k, args, {1, 1, 1}, {1, 1, 1}, false).ok());
-  ASSERT_EQ(kill(executor, SIGSTOP), 0);
+  ASSERT_TRUE(StopAndWait(executor));
   std::thread resume([executor] {
     absl::SleepFor(absl::Milliseconds(300));
     kill(executor, SIGCONT);
@@ -520,7 +539,7 @@ TEST_F(ExecutorDriverTest, ASynchronizeWithNothingSentSinceTheLastAsksNothingOfT
   ASSERT_TRUE(c->Read(x, 0, {reinterpret_cast<uint8_t*>(&v), 4}).ok());
   EXPECT_EQ(v, 1.0f);
   ASSERT_TRUE(c->Synchronize().ok());  // the read was sent since: a round trip, then none
-  ASSERT_EQ(kill(executor, SIGSTOP), 0);
+  ASSERT_TRUE(StopAndWait(executor));
   idle = c->Synchronize();
   ASSERT_EQ(kill(executor, SIGCONT), 0);
   EXPECT_TRUE(idle.ok()) << idle;
