@@ -123,6 +123,7 @@ absl::StatusOr<std::unique_ptr<Device>> WithExecutors(std::unique_ptr<Device> de
     DescribeGpuExecutor(*device, options, executor);
   }
   executor.command_timeout = options.tenant_defaults.max_launch;
+  executor.linger = options.executor_linger;
   spdlog::info("{}: tenants run in executors ({}) unless their isolation is shared; default isolation {}",
                device->info().id, executor.binary.string(), std::string(IsolationName(options.tenant_defaults.isolation)));
   return std::unique_ptr<Device>(std::make_unique<executor::ExecutorDevice>(std::move(device), executor));

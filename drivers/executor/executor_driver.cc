@@ -761,16 +761,23 @@ void ExecutorDevice::Supervise() {
   for (;;) {
     // The executors running now, held while they are polled (an executor that ends
     // meanwhile wakes this thread, which lets go of it).
-    std::vector<std::shared_ptr<Executor>> watched;
+    std::vector<std::shared_ptr<Executor>> watched, expired;
+    absl::Time next = absl::InfiniteFuture();
     {
       absl::MutexLock lock(&mu_);
       if (stopping_) return;
+      expired = TakeExpired(absl::Now(), next);
       for (const auto& [tenant, entry] : executors_)
         if (entry.executor->pidfd() >= 0 && entry.executor->health().ok()) watched.push_back(entry.executor);
     }
+    for (const auto& e : expired) e->Stop();
+    expired.clear();
     std::vector<pollfd> fds = {{wake_fd_, POLLIN, 0}};
     for (const auto& e : watched) fds.push_back({e->pidfd(), POLLIN, 0});
-    if (poll(fds.data(), fds.size(), -1) < 0 && errno != EINTR) return;
+    int timeout_ms = -1;  // until an executor ends or the set changes, or the next linger ends
+    if (next != absl::InfiniteFuture())
+      timeout_ms = static_cast<int>(std::clamp<int64_t>(absl::ToInt64Milliseconds(next - absl::Now()) + 1, 0, 1 << 30));
+    if (poll(fds.data(), fds.size(), timeout_ms) < 0 && errno != EINTR) return;
     if (fds[0].revents & POLLIN) {
       uint64_t count;
       [[maybe_unused]] ssize_t ignored = read(wake_fd_, &count, sizeof count);
@@ -812,6 +819,7 @@ absl::StatusOr<std::unique_ptr<Context>> ExecutorDevice::OpenContext(const Conte
       WakeSupervisor();
     }
     executor = it->second.executor;
+    it->second.idle_since = absl::InfiniteFuture();  // no longer idle, if it lingered
     const size_t contexts = ++it->second.contexts;
     // Room for this context, and the tenant's quota as it is now (a reloaded tenants file
     // may have changed it). Under the lock, so that opens side by side leave the room of
@@ -849,11 +857,33 @@ void ExecutorDevice::ContextClosed(const std::string& tenant, const Executor* ex
     absl::MutexLock lock(&mu_);
     auto it = executors_.find(tenant);
     if (it == executors_.end() || it->second.executor.get() != executor || --it->second.contexts > 0) return;
-    last = std::move(it->second.executor);
-    executors_.erase(it);
+    if (options_.linger > absl::ZeroDuration() && it->second.executor->health().ok()) {
+      it->second.idle_since = absl::Now();  // the supervisor ends it once its linger is over
+    } else {
+      last = std::move(it->second.executor);
+      executors_.erase(it);
+    }
   }
-  last->Stop();  // now, though the supervisor may hold it a moment longer
+  if (last) last->Stop();  // now, though the supervisor may hold it a moment longer
   WakeSupervisor();
+}
+
+std::vector<std::shared_ptr<Executor>> ExecutorDevice::TakeExpired(absl::Time now, absl::Time& next) {
+  std::vector<std::shared_ptr<Executor>> expired;
+  for (auto it = executors_.begin(); it != executors_.end();) {
+    const Entry& e = it->second;
+    if (e.contexts == 0 && e.idle_since != absl::InfiniteFuture()) {
+      const absl::Time end = e.idle_since + options_.linger;
+      if (end <= now || !e.executor->health().ok()) {
+        expired.push_back(e.executor);
+        it = executors_.erase(it);
+        continue;
+      }
+      next = std::min(next, end);
+    }
+    ++it;
+  }
+  return expired;
 }
 
 std::shared_ptr<Executor> ExecutorDevice::ExecutorOf(absl::string_view tenant) const {

@@ -69,6 +69,11 @@ struct ExecutorOptions {
   // context. 0 sets no limit (a GPU executor: its driver reserves address space far
   // beyond any memory).
   uint64_t address_space_margin = 0;
+  // How long an executor outlives its tenant's last context, idle, for the tenant's next
+  // context to open in at once (a session per request then starts no process, and a GPU
+  // executor no driver context, each time); 0: it ends with the last context. An idle
+  // executor keeps its own bytes (own_bytes) reserved.
+  absl::Duration linger = absl::ZeroDuration();
 };
 
 // Why an executor ended before its tenant's last context closed, as a few kinds (for the
@@ -268,7 +273,7 @@ class ExecutorDevice : public Device {
   absl::StatusOr<std::unique_ptr<Context>> OpenContext(const ContextOptions& options) override;
 
   // The executor `tenant` runs in now, or null; for tests and reports. An executor ends
-  // with its tenant's last context.
+  // with its tenant's last context, or ExecutorOptions::linger after it.
   std::shared_ptr<Executor> ExecutorOf(absl::string_view tenant) const;
   // Executors started and died, by tenant.
   std::map<std::string, ExecutorCounts> executor_counts() const;
@@ -279,13 +284,20 @@ class ExecutorDevice : public Device {
   struct Entry {
     std::shared_ptr<Executor> executor;
     size_t contexts = 0;  // open in it
+    absl::Time idle_since = absl::InfiniteFuture();  // its last context closed then (linger)
   };
-  // A context of `executor` closed; the tenant's executor ends with its last one.
+  // A context of `executor` closed; the tenant's executor ends with its last one, or is
+  // left idle for ExecutorOptions::linger.
   void ContextClosed(const std::string& tenant, const Executor* executor);
   // The supervisor: waits on every running executor's pidfd, so that a death (a SIGKILL
   // from outside, say) is recorded at once even while no command waits; the engine's
-  // reaper then closes the tenant's sessions.
+  // reaper then closes the tenant's sessions. It also ends executors idle past their
+  // linger.
   void Supervise();
+  // Removes the executors idle past their linger at `now` and returns them (to be
+  // stopped outside the lock); the time the next idle one's linger ends, in `next`.
+  std::vector<std::shared_ptr<Executor>> TakeExpired(absl::Time now, absl::Time& next)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void WakeSupervisor();
   // The address-space limit of an executor with `contexts` open whose tenant may hold
   // `memory_quota` bytes (0: no quota); 0 where the device sets none.

@@ -195,5 +195,40 @@ void probe(unsigned long *out) {
   EXPECT_EQ(limits(*prod_), (std::vector<uint64_t>{std::min<uint64_t>(total + extra, hard), hard}));
 }
 
+// With --executor_linger, a tenant's sessions opened one after another run in one
+// executor process: its kernel reads the same process id each time (without it, each
+// session starts a new one: ExecutorDriverTest.AnExecutorEndsWithItsTenantsLastContext).
+class ExecutorLingerTest : public DaemonFixture {
+ protected:
+  void SetUp() override {
+    Options options;
+    options.adjust = [](DaemonOptions& d) {
+      d.tenant_defaults.isolation = Isolation::kProcess;
+      d.executor_linger = absl::Seconds(60);
+    };
+    Start(options);
+  }
+  // The process id the session's kernel runs in; 0 when a step fails.
+  int64_t ProcessOfASession() {
+    constexpr char kPid[] = "int getpid(void);\nvoid pid(long *out) { out[0] = getpid(); }";
+    absl::StatusOr<Session> s = client_->OpenSession("cpu:0");
+    if (!s.ok()) return 0;
+    ProgramSpec spec{"cpu-c", kPid, "pid", *ParseSignature("out"), {}};
+    absl::StatusOr<Program> p = s->Load(spec);
+    absl::StatusOr<Buffer> out = s->Alloc(8);
+    if (!p.ok() || !out.ok() || !s->Launch(*p, {View{&*out}}, {1, 1, 1}, {1, 1, 1}, true).ok()) return 0;
+    absl::StatusOr<std::vector<int64_t>> got = s->ReadVector<int64_t>(*out, 1);
+    return got.ok() ? (*got)[0] : 0;  // the session closes here
+  }
+};
+
+TEST_F(ExecutorLingerTest, ATenantsSessionsOneAfterAnotherRunInOneExecutor) {
+  const int64_t first = ProcessOfASession();
+  ASSERT_GT(first, 0);
+  EXPECT_NE(first, getpid()) << "in an executor, not the daemon";
+  EXPECT_EQ(ProcessOfASession(), first);
+  EXPECT_EQ(ProcessOfASession(), first);
+}
+
 }  // namespace
 }  // namespace replayd::client

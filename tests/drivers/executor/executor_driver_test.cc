@@ -52,7 +52,7 @@ class ExecutorDriverTest : public ::testing::Test {
   // Buffers of at least `shared_from` bytes are shared buffers (the daemon's setting for
   // cpu by default), at most `max_shared` at once.
   std::unique_ptr<ExecutorDevice> MakeDevice(absl::Duration timeout, uint64_t shared_from = 64 << 10,
-                                             int64_t max_shared = 8192) {
+                                             int64_t max_shared = 8192, absl::Duration linger = absl::ZeroDuration()) {
     CpuDriverOptions cpu;
     cpu.memory_limit = kMemory;
     cpu.threads = 2;
@@ -64,6 +64,7 @@ class ExecutorDriverTest : public ::testing::Test {
     options.shared_buffers_from = shared_from;
     options.max_shared_buffers = max_shared;
     options.address_space_margin = kAddressSpaceMargin;  // the daemon's for cpu
+    options.linger = linger;
     return std::make_unique<ExecutorDevice>(std::make_unique<CpuDevice>(cpu), options);
   }
 
@@ -849,6 +850,46 @@ TEST_F(ExecutorDriverTest, AnExecutorEndsWithItsTenantsLastContext) {
 
 // What a kernel may not do in its executor: each attempt fails (-1) and the executor
 // serves on.
+// With a linger, the executor outlives its tenant's last context: the next context opens
+// in it (no new process), and once it has been idle for the linger it ends, reaped, and
+// is not counted as a death; the tenant's next context then starts another.
+TEST_F(ExecutorDriverTest, WithALingerAnIdleExecutorTakesTheTenantsNextContextThenEnds) {
+  device_ = MakeDevice(absl::Seconds(30), 64 << 10, 8192, absl::Milliseconds(300));
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<Context> first, device_->OpenContext({"a"}));
+  ASSERT_NE(device_->ExecutorOf("a"), nullptr);
+  const pid_t pid = device_->ExecutorOf("a")->pid();
+  first.reset();
+  ASSERT_NE(device_->ExecutorOf("a"), nullptr) << "idle, lingering";
+  EXPECT_EQ(kill(pid, 0), 0);
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<Context> second, device_->OpenContext({"a"}));
+  ASSERT_NE(device_->ExecutorOf("a"), nullptr);
+  EXPECT_EQ(device_->ExecutorOf("a")->pid(), pid) << "the lingering executor took it";
+  ASSERT_OK_AND_ASSIGN(Allocation x, second->Allocate(4));
+  const float one = 1;
+  ASSERT_TRUE(second->Write(x, 0, {reinterpret_cast<const uint8_t*>(&one), 4}).ok());
+  float back = 0;
+  ASSERT_TRUE(second->Read(x, 0, {reinterpret_cast<uint8_t*>(&back), 4}).ok());
+  EXPECT_EQ(back, 1.0f);
+  second->Free(x);
+  // Open while the linger runs, the executor stays past it.
+  absl::SleepFor(absl::Milliseconds(600));
+  ASSERT_NE(device_->ExecutorOf("a"), nullptr);
+  second.reset();
+  const absl::Time closed = absl::Now();
+  // Taken off the device, then stopped and reaped by the supervisor.
+  while ((device_->ExecutorOf("a") != nullptr || kill(pid, 0) == 0) && absl::Now() - closed < absl::Seconds(20))
+    absl::SleepFor(absl::Milliseconds(10));
+  EXPECT_EQ(device_->ExecutorOf("a"), nullptr) << "ended once idle for its linger";
+  EXPECT_EQ(kill(pid, 0), -1) << "and reaped";
+  const ExecutorCounts counts = device_->executor_counts()["a"];
+  EXPECT_EQ(counts.started, 1u);
+  for (uint64_t died : counts.died) EXPECT_EQ(died, 0u);
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<Context> third, device_->OpenContext({"a"}));
+  ASSERT_NE(device_->ExecutorOf("a"), nullptr);
+  EXPECT_NE(device_->ExecutorOf("a")->pid(), pid);
+  EXPECT_EQ(device_->executor_counts()["a"].started, 2u);
+}
+
 TEST_F(ExecutorDriverTest, ASharedContextRunsInTheDaemonAndDrawsOnTheSameMemory) {
   ASSERT_OK_AND_ASSIGN(std::unique_ptr<Context> shared,
                        device_->OpenContext({"trusted", Isolation::kShared}));
