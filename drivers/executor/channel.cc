@@ -56,6 +56,19 @@ absl::StatusOr<Channel> Channel::Create() {
   return Channel(fd, base);
 }
 
+void Channel::Reset() {
+  Header& h = header();
+  h.request_seq.store(0, std::memory_order_relaxed);
+  h.request_wanted.store(0, std::memory_order_relaxed);
+  h.reply_seq.store(0, std::memory_order_relaxed);
+  h.reply_wanted.store(0, std::memory_order_relaxed);
+  for (auto& bytes : h.request_bytes) bytes.store(0, std::memory_order_relaxed);
+  for (auto& bytes : h.reply_bytes) bytes.store(0, std::memory_order_relaxed);
+  posted_ = 0;
+  taken_ = 0;
+  wake_calls_ = 0;
+}
+
 absl::StatusOr<Channel> Channel::Attach(int fd) {
   struct stat st;
   if (fstat(fd, &st) != 0) {

@@ -53,6 +53,10 @@ class Channel {
   // A new channel in a fresh memfd (close-on-exec; the spawner passes it on), marked
   // with the layout and protocol of this build.
   static absl::StatusOr<Channel> Create();
+  // Makes this channel as Create left it, for another context: nothing posted, nobody
+  // waiting. Daemon side, once the executor's end has stopped using it (its context's
+  // close answered).
+  void Reset();
   // The channel in memfd `fd`, made by Create in the other process. Takes `fd`.
   // FAILED_PRECONDITION when it was made by a build of another layout or protocol.
   static absl::StatusOr<Channel> Attach(int fd);

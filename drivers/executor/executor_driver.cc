@@ -182,7 +182,11 @@ class ExecutorContext : public Context {
   ~ExecutorContext() override {
     Request r;
     r.set_close_context(true);
-    if (executor_->health().ok()) executor_->Release(*link_, r, "closing a context").IgnoreError();
+    // Its channel serves the executor's next context when nothing else holds it (a
+    // kernel or device graph that outlived the context would still post on it).
+    if (executor_->health().ok() && executor_->Release(*link_, r, "closing a context").ok() &&
+        link_.use_count() == 1)
+      executor_->Recycle(*link_);
     closed_();
   }
 
@@ -526,8 +530,22 @@ void Executor::End(ExecutorDeath death, const std::string& cause) {
   RecordDeath(death, cause);
 }
 
+void Executor::Recycle(Link& link) {
+  if (!health().ok()) return;
+  absl::MutexLock lock(&link.mu);
+  absl::MutexLock spares(&spares_mu_);
+  if (spares_.size() < kSpareChannels) spares_.push_back(std::move(link.channel));
+}
+
 absl::StatusOr<std::shared_ptr<Executor::Link>> Executor::OpenContext() {
-  absl::StatusOr<Channel> channel = Channel::Create();
+  absl::StatusOr<Channel> channel = [this]() -> absl::StatusOr<Channel> {
+    absl::MutexLock spares(&spares_mu_);
+    if (spares_.empty()) return Channel::Create();
+    Channel spare = std::move(spares_.back());
+    spares_.pop_back();
+    spare.Reset();
+    return spare;
+  }();
   if (!channel.ok()) return channel.status();
   const int fd = channel->fd();
   auto link = std::make_shared<Link>(*std::move(channel));

@@ -160,6 +160,11 @@ class Executor {
   // Call for a command that takes descriptor `fd` (passed over the executor's socket just
   // before it; one such pair at a time), posted once every earlier command has answered.
   absl::StatusOr<Reply> CallWithFd(Link& link, Request& request, int fd, absl::string_view what);
+  // Keeps the channel of `link`, whose context's close has been answered and which
+  // nothing else holds, for the executor's next context (at most kSpareChannels are
+  // kept): a context then opens without a new memfd and mapping, and closes without
+  // unmapping.
+  void Recycle(Link& link);
   // Waits until every command posted on `link` has answered: OK, the first refusal among
   // them ("an earlier command without wait failed: ..."), or FAILED_PRECONDITION once the
   // executor has ended. Before the daemon touches a shared buffer.
@@ -241,6 +246,10 @@ class Executor {
   uint64_t address_space_limit_ ABSL_GUARDED_BY(limit_mu_);  // bytes, as last set; 0: none
   const std::function<void(ExecutorDeath)> died_;
   absl::Mutex open_mu_;  // held from passing a descriptor to the command that takes it
+  // Channels of closed contexts, for the next ones (Recycle).
+  static constexpr size_t kSpareChannels = 4;
+  absl::Mutex spares_mu_;
+  std::vector<Channel> spares_ ABSL_GUARDED_BY(spares_mu_);
   mutable absl::Mutex mu_;
   bool running_ ABSL_GUARDED_BY(mu_) = true;  // not yet reaped
   // What each link waiting for a reply asked for, for the cause of a death.

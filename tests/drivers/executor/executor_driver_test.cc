@@ -728,6 +728,42 @@ TEST_F(ExecutorDriverTest, AClosedContextsThreadServesTheNextAndAtMostFourWait) 
   }
 }
 
+// The executor channels this process maps (a context's or the control channel).
+int ChannelsMappedHere() {
+  std::ifstream maps("/proc/self/maps");
+  std::string line;
+  int n = 0;
+  while (std::getline(maps, line)) n += line.find("/memfd:replayd-executor") != std::string::npos;
+  return n;
+}
+
+// A closed context's channel is kept for the executor's next context: the next opens
+// without a new mapping, and starts clean (its commands run and answer as on a fresh one).
+TEST_F(ExecutorDriverTest, AClosedContextsChannelServesTheNextContext) {
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<Context> keep, device_->OpenContext({"a"}));
+  const int before = ChannelsMappedHere();
+  for (int round = 0; round < 3; ++round) {
+    ASSERT_OK_AND_ASSIGN(std::unique_ptr<Context> c, device_->OpenContext({"a"}));
+    EXPECT_EQ(ChannelsMappedHere(), before + 1) << "one channel more, made once, round " << round;
+    ASSERT_OK_AND_ASSIGN(std::unique_ptr<Kernel> k,
+                         Build(*device_, *c, "void inc(float *x) { x[0] += 1; }", "inc", Sig({kInout})));
+    ASSERT_OK_AND_ASSIGN(Allocation x, c->Allocate(4));
+    const float start = static_cast<float>(round * 10);
+    ASSERT_TRUE(c->Write(x, 0, {reinterpret_cast<const uint8_t*>(&start), 4}).ok());
+    ArgValue args[1];
+    args[0].address = x.address;
+    for (int i = 0; i < 5; ++i) ASSERT_TRUE(c->Launch(*k, args, {1, 1, 1}, {1, 1, 1}, false).ok());
+    float v = 0;
+    ASSERT_TRUE(c->Read(x, 0, {reinterpret_cast<uint8_t*>(&v), 4}).ok());
+    EXPECT_EQ(v, start + 5) << "round " << round;
+    k.reset();
+    c->Free(x);
+    c.reset();
+    EXPECT_EQ(ChannelsMappedHere(), before + 1) << "kept for the next context, round " << round;
+  }
+  ASSERT_TRUE(keep->Synchronize().ok());
+}
+
 TEST_F(ExecutorDriverTest, ContextsOfOneTenantRunSideBySide) {
   ASSERT_OK_AND_ASSIGN(std::unique_ptr<Context> busy, device_->OpenContext({"a"}));
   ASSERT_OK_AND_ASSIGN(std::unique_ptr<Context> other, device_->OpenContext({"a"}));
