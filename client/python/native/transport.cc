@@ -636,18 +636,36 @@ PyObject* PollOnce(CallState& c) {
   Py_RETURN_NONE;
 }
 
+// How long Poll waits: for one completion; past other completions while a read is
+// outstanding (message_only); or for a message, whatever else completes first.
+enum class Wait { kOne, kWhileReading, kForMessage };
+
+// Completions of the call until one that `wait` returns on: a message's bytes (with
+// `outputs`, its ReplayReply, its reads copied into them), or None; nullptr with an
+// exception set (Ended once the stream has ended and nothing of it is outstanding).
+PyObject* Poll(CallState& c, Wait wait, PyObject* outputs) {
+  for (;;) {
+    PyObject* message = PollOnce(c);
+    if (message == nullptr) return nullptr;
+    if (message != Py_None) {
+      if (outputs == nullptr) return message;
+      PyObject* result =
+          ReplayResult(std::string_view(PyBytes_AS_STRING(message), PyBytes_GET_SIZE(message)), outputs);
+      Py_DECREF(message);
+      return result;
+    }
+    if (wait == Wait::kOne || (wait == Wait::kWhileReading && !c.reading)) return message;
+    Py_DECREF(message);
+  }
+}
+
 // With `message_only`, completions other than a message's (a write's, the initial
 // metadata's) are taken here while a read is outstanding, saving the caller a return
 // per round trip.
 PyObject* CallPoll(CallObject* self, PyObject* args) {
   int message_only = 0;
   if (!PyArg_ParseTuple(args, "|p", &message_only)) return nullptr;
-  CallState& c = *self->state;
-  for (;;) {
-    PyObject* result = PollOnce(c);
-    if (result != Py_None || !message_only || !c.reading) return result;
-    Py_DECREF(result);
-  }
+  return Poll(*self->state, message_only ? Wait::kWhileReading : Wait::kOne, nullptr);
 }
 
 // poll(), with a message decoded as a replay's reply: its ReplayReply, its reads copied
@@ -656,19 +674,7 @@ PyObject* CallPollReplay(CallObject* self, PyObject* args) {
   int message_only = 0;
   PyObject* outputs = nullptr;
   if (!PyArg_ParseTuple(args, "pO", &message_only, &outputs)) return nullptr;
-  CallState& c = *self->state;
-  for (;;) {
-    PyObject* message = PollOnce(c);
-    if (message == nullptr) return nullptr;
-    if (message != Py_None) {
-      PyObject* result =
-          ReplayResult(std::string_view(PyBytes_AS_STRING(message), PyBytes_GET_SIZE(message)), outputs);
-      Py_DECREF(message);
-      return result;
-    }
-    if (!message_only || !c.reading) return message;
-    Py_DECREF(message);
-  }
+  return Poll(*self->state, message_only ? Wait::kWhileReading : Wait::kOne, outputs);
 }
 
 // Waits for the next message, the reply of a replay sent with send_replay, and returns
@@ -676,18 +682,7 @@ PyObject* CallPollReplay(CallObject* self, PyObject* args) {
 PyObject* CallReceiveReplay(CallObject* self, PyObject* args) {
   PyObject* outputs = nullptr;
   if (!PyArg_ParseTuple(args, "O", &outputs)) return nullptr;
-  CallState& c = *self->state;
-  for (;;) {
-    PyObject* message = PollOnce(c);
-    if (message == nullptr) return nullptr;
-    if (message == Py_None) {
-      Py_DECREF(message);
-      continue;
-    }
-    PyObject* result = ReplayResult(std::string_view(PyBytes_AS_STRING(message), PyBytes_GET_SIZE(message)), outputs);
-    Py_DECREF(message);
-    return result;
-  }
+  return Poll(*self->state, Wait::kForMessage, outputs);
 }
 
 PyObject* CallClose(CallObject* self, PyObject*) {
