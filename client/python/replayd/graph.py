@@ -27,7 +27,7 @@ from . import errors
 from ._stubs import pb
 from .session import (INLINE_READ_BYTES, Buffer, DTypeLike, Future, Session, View, Variable, _is_int,
                       _read_length)
-from .stream import Operation, ReplayRequest
+from .stream import BUFFER_KIND, INTEGER_KIND, Operation, ReplayRequest, add_params
 
 __all__ = ["Capture", "Graph", "GraphParam", "ReplaySequence"]
 
@@ -151,9 +151,6 @@ class GraphParam:
         return f"<param {self.index} {self.name}: {what}>"
 
 
-_BUFFER, _INTEGER = ord("b"), ord("i")
-
-
 def _decode(view: View, data: bytes) -> np.ndarray:
     if len(data) != view.nbytes:
         raise errors.Internal(f"{view}: the daemon answered {len(data)} of its {view.nbytes} bytes")
@@ -189,7 +186,7 @@ class Graph:
         self._finalizer.atexit = False
         self.params: Tuple[GraphParam, ...] = tuple(params)
         # Per parameter, b"b" (a buffer handle) or b"i" (an integer): the kinds of `_values`.
-        self._kinds = bytes(_BUFFER if p.is_buffer else _INTEGER for p in params)
+        self._kinds = bytes(BUFFER_KIND if p.is_buffer else INTEGER_KIND for p in params)
         self._by_name = {p.name: p for p in params}
         if len(self._by_name) != len(params):  # the handle is freed with this object
             raise errors.InvalidArgument(f"graph {self.handle}: two parameters share a name "
@@ -226,7 +223,11 @@ class Graph:
         """
         views, single = self._reads(reads)
         request = self._request(self._values(params), wait, views)
-        outputs = [np.empty(v.shape, v.dtype) for v in views]  # where a transport decodes the reads
+        stream = self.session._stream
+        # Where a transport that decodes replays itself copies the reads (None: its reply
+        # is a SessionReply, decoded here).
+        decodes = stream is not None and stream.decodes_replays
+        outputs = [np.empty(v.shape, v.dtype) for v in views] if decodes else None
         op = Operation(outputs=outputs)
         stream = self.session._submit(request, op)
 
@@ -261,7 +262,7 @@ class Graph:
                                              f"(its variables: {[q.name for q in self.params if not q.is_buffer]})")
             base = dict(params)
             base[name] = r.start
-            self._vector(self._values(base), seq.base)
+            add_params(seq.base, self._kinds, self._values(base))
             seq.step_param = p.index
             seq.step = r.step
             seq.count = len(r)
@@ -275,7 +276,7 @@ class Graph:
                 one = dict(params)
                 for k, v in varying.items():
                     one[k] = v[i]
-                self._vector(self._values(one), seq.vectors.add().params)
+                add_params(seq.vectors.add().params, self._kinds, self._values(one))
         else:
             raise errors.InvalidArgument("sequence: give one parameter as a range (pos=range(1, 129)) or "
                                          "parameters as lists")
@@ -298,16 +299,6 @@ class Graph:
     def _request(self, values: List[int], wait: bool, views: Sequence[View]) -> ReplayRequest:
         return ReplayRequest(self.handle, values, self._kinds, wait,
                              [(v.buffer.handle, v.offset, _read_length(v)) for v in views])
-
-    def _vector(self, values: List[int], out: Any) -> None:
-        """Appends the parameter vector `values` (from `_values`) to `out`, a repeated
-        ParamValue field."""
-        add = out.add
-        for kind, v in zip(self._kinds, values):
-            if kind == _BUFFER:
-                add(buffer=v)
-            else:
-                add(int_value=v)
 
     def _values(self, given: Mapping[str, Any]) -> List[int]:
         """The parameter vector for `given` (name -> value): each parameter's buffer handle

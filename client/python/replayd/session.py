@@ -607,6 +607,8 @@ class Session:
         stream = self._stream
         if stream is None or self._closed:
             stream = self._open_stream()
+        if not stream.decodes_replays:
+            return None
         outputs = [np.empty(v.shape, v.dtype) for v in views]
         result = stream.replay(request, outputs)
         if result is None:

@@ -39,7 +39,8 @@ from . import errors
 from ._stubs import pb
 
 _ABORTED = grpc.StatusCode.ABORTED.value[0]
-_BUFFER = ord("b")  # a ReplayRequest's kind of a buffer handle (b"i": an integer)
+# A ReplayRequest's kinds of parameter value: a buffer handle, an integer.
+BUFFER_KIND, INTEGER_KIND = ord("b"), ord("i")
 SESSION_METHOD = "/replayd.v1.Replayd/Session"
 
 Metadata = Optional[Sequence[Tuple[str, str]]]
@@ -287,17 +288,23 @@ class ReplayRequest:
         req = pb.SessionRequest()
         r = req.replay
         r.graph = graph
-        add = r.params.add
-        for kind, v in zip(kinds, values):
-            if kind == _BUFFER:
-                add(buffer=v)
-            else:
-                add(int_value=v)
+        add_params(r.params, kinds, values)
         r.wait = wait
         add = r.reads.add
         for buffer, offset, length in reads:
             add(buffer=buffer, offset=offset, length=length)
         return req
+
+
+def add_params(out: Any, kinds: bytes, values: Sequence[int]) -> None:
+    """Appends a parameter vector (`values`, with their `kinds`) to `out`, a repeated
+    ParamValue field."""
+    add = out.add
+    for kind, v in zip(kinds, values):
+        if kind == BUFFER_KIND:
+            add(buffer=v)
+        else:
+            add(int_value=v)
 
 
 class NotSent(Exception):
@@ -334,6 +341,8 @@ class SessionStream:
 
     def __init__(self, transport: Any, session: int, window: int) -> None:
         self.transport = transport
+        # A transport that encodes and decodes replays itself (the native one) has these.
+        self._send_replay = getattr(transport, "send_replay", None)
         self._poll_replay = getattr(transport, "poll_replay", None)
         self._session = session
         self._window = max(1, window)
@@ -346,6 +355,11 @@ class SessionStream:
         self._ended = False  # the daemon's side is gone: nothing more to read
         self._closing = False  # close() has begun: nothing more is sent
         self._resume_next = False
+
+    @property
+    def decodes_replays(self) -> bool:
+        """Whether the transport encodes and decodes replays itself (`replay`)."""
+        return self._send_replay is not None
 
     def healthy(self) -> bool:
         """False once the stream has ended or is closing; a new one must be opened."""
@@ -373,9 +387,9 @@ class SessionStream:
             if not alone and not transport.receive_armed():
                 transport.arm_receive()
             if request.__class__ is ReplayRequest:
-                send_replay = getattr(transport, "send_replay", None)
-                if send_replay is not None:
-                    sent = send_replay(self._next_seq, self._session, self._resume_next, *request.fields, alone)
+                if self._send_replay is not None:
+                    sent = self._send_replay(self._next_seq, self._session, self._resume_next, *request.fields,
+                                             alone)
                 else:
                     request = request.proto()
             if request.__class__ is not ReplayRequest:
@@ -403,8 +417,7 @@ class SessionStream:
 
         The replay holds the read turn from its send to its reply, so other threads' requests
         sent meanwhile are ordered after it and read after it as usual."""
-        transport = self.transport
-        send = getattr(transport, "send_replay", None)
+        transport, send = self.transport, self._send_replay
         if send is None:
             return None
         with self._lock:
