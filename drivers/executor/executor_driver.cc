@@ -537,15 +537,21 @@ void Executor::Recycle(Link& link) {
   if (spares_.size() < kSpareChannels) spares_.push_back(std::move(link.channel));
 }
 
-absl::StatusOr<std::shared_ptr<Executor::Link>> Executor::OpenContext() {
-  absl::StatusOr<Channel> channel = [this]() -> absl::StatusOr<Channel> {
+absl::StatusOr<Channel> Executor::TakeChannel() {
+  {
     absl::MutexLock spares(&spares_mu_);
-    if (spares_.empty()) return Channel::Create();
-    Channel spare = std::move(spares_.back());
-    spares_.pop_back();
-    spare.Reset();
-    return spare;
-  }();
+    if (!spares_.empty()) {
+      Channel spare = std::move(spares_.back());
+      spares_.pop_back();
+      spare.Reset();
+      return spare;
+    }
+  }
+  return Channel::Create();
+}
+
+absl::StatusOr<std::shared_ptr<Executor::Link>> Executor::OpenContext() {
+  absl::StatusOr<Channel> channel = TakeChannel();
   if (!channel.ok()) return channel.status();
   const int fd = channel->fd();
   auto link = std::make_shared<Link>(*std::move(channel));
@@ -793,8 +799,10 @@ void ExecutorDevice::Supervise() {
     std::vector<pollfd> fds = {{wake_fd_, POLLIN, 0}};
     for (const auto& e : watched) fds.push_back({e->pidfd(), POLLIN, 0});
     int timeout_ms = -1;  // until an executor ends or the set changes, or the next linger ends
-    if (next != absl::InfiniteFuture())
-      timeout_ms = static_cast<int>(std::clamp<int64_t>(absl::ToInt64Milliseconds(next - absl::Now()) + 1, 0, 1 << 30));
+    if (next != absl::InfiniteFuture()) {
+      const int64_t left_ms = absl::ToInt64Milliseconds(next - absl::Now()) + 1;
+      timeout_ms = static_cast<int>(std::clamp<int64_t>(left_ms, 0, 1 << 30));
+    }
     if (poll(fds.data(), fds.size(), timeout_ms) < 0 && errno != EINTR) return;
     if (fds[0].revents & POLLIN) {
       uint64_t count;

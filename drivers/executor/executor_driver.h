@@ -216,6 +216,8 @@ class Executor {
   // executor has ended.
   absl::Status Send(Link& link, Request& request, absl::string_view what, std::span<const uint8_t> in,
                     bool after_all) ABSL_EXCLUSIVE_LOCKS_REQUIRED(link.mu);
+  // A channel for a new context: a closed one's (Recycle), reset, or a new one.
+  absl::StatusOr<Channel> TakeChannel();
   // Call, with the link's lock held.
   absl::StatusOr<Reply> CallLocked(Link& link, Request& request, absl::string_view what, std::span<const uint8_t> in,
                                    std::span<uint8_t> out) ABSL_EXCLUSIVE_LOCKS_REQUIRED(link.mu);

@@ -82,14 +82,17 @@ class ExecutorDriverTest : public ::testing::Test {
   std::unique_ptr<ExecutorDevice> device_;
 };
 
-// The shared buffers of a process: its mappings of the daemon's memfds, from /proc.
-int SharedBuffersOf(pid_t pid) {
+// The mappings of `pid` whose file is the memfd named `name`, from /proc.
+int MemfdsMappedBy(pid_t pid, const std::string& name) {
   std::ifstream maps(absl::StrCat("/proc/", pid, "/maps"));
   std::string line;
   int n = 0;
-  while (std::getline(maps, line)) n += line.find("/memfd:replayd-buffer") != std::string::npos;
+  while (std::getline(maps, line)) n += line.find("/memfd:" + name) != std::string::npos;
   return n;
 }
+
+// The shared buffers of a process: its mappings of the daemon's buffer memfds.
+int SharedBuffersOf(pid_t pid) { return MemfdsMappedBy(pid, "replayd-buffer"); }
 
 // Through the channel's data area (no shared buffers), and through shared buffers.
 class TransferTest : public ExecutorDriverTest, public ::testing::WithParamInterface<bool> {};
@@ -729,13 +732,7 @@ TEST_F(ExecutorDriverTest, AClosedContextsThreadServesTheNextAndAtMostFourWait) 
 }
 
 // The executor channels this process maps (a context's or the control channel).
-int ChannelsMappedHere() {
-  std::ifstream maps("/proc/self/maps");
-  std::string line;
-  int n = 0;
-  while (std::getline(maps, line)) n += line.find("/memfd:replayd-executor") != std::string::npos;
-  return n;
-}
+int ChannelsMappedHere() { return MemfdsMappedBy(getpid(), "replayd-executor"); }
 
 // A closed context's channel is kept for the executor's next context: the next opens
 // without a new mapping, and starts clean (its commands run and answer as on a fresh one).
