@@ -6,8 +6,9 @@
 // stream on a completion queue of its own, driven by whichever Python thread holds the
 // stream's read turn (as the C++ client's Stream is): a round trip costs no thread hop, and
 // the GIL is released while the thread waits for the daemon. Messages cross as serialized
-// bytes, so this module knows nothing of replayd's protobuf messages: the Python package
-// builds and parses them.
+// bytes, built and parsed by the Python package, except a replay's request and reply,
+// which are encoded and decoded here (their field numbers below, checked against the
+// protobuf messages by the tests).
 //
 //   Channel(target, tls=False, root_ca=None, cert=None, key=None, server_name=None,
 //           options=())                 a gRPC channel to the daemon
@@ -475,6 +476,14 @@ struct CallState {
   bool finished = false;          // Finish completed: `status` holds the stream's status
 
   void Start() { ++outstanding; }
+  // Wants the next message read (unless a read is wanted already) and starts what can be.
+  void WantRead() {
+    if (!reading) {
+      reading = true;
+      read_started = false;
+    }
+    Advance();
+  }
   // Starts the wanted read, and the Finish once the stream is known to have ended.
   void Advance() {
     if (!initial) return;
@@ -506,11 +515,7 @@ PyObject* CallReceiveArmed(CallObject* self, PyObject*) { return PyBool_FromLong
 
 PyObject* CallArmReceive(CallObject* self, PyObject*) {
   CallState& c = *self->state;
-  if (!c.reading && !c.broken) {
-    c.reading = true;
-    c.read_started = false;
-    c.Advance();
-  }
+  if (!c.broken) c.WantRead();
   Py_RETURN_NONE;
 }
 
@@ -529,11 +534,7 @@ PyObject* StartSend(CallState& c, const void* data, size_t size, bool with_recei
   Py_BEGIN_ALLOW_THREADS
   c.stream->Write(message, TagOf(kWrite));
   Py_END_ALLOW_THREADS
-  if (with_receive && !c.reading) {
-    c.reading = true;
-    c.read_started = false;
-    c.Advance();
-  }
+  if (with_receive) c.WantRead();
   Py_RETURN_TRUE;
 }
 
@@ -698,11 +699,7 @@ PyObject* CallClose(CallObject* self, PyObject*) {
     c.stream->WritesDone(TagOf(kWritesDone));
   }
   // A read sees the end of the stream, which starts the Finish.
-  if (!c.reading) {
-    c.reading = true;
-    c.read_started = false;
-  }
-  c.Advance();
+  c.WantRead();
   Py_RETURN_NONE;
 }
 
