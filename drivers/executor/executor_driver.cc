@@ -13,6 +13,7 @@
 #include <atomic>
 #include <cstring>
 
+#include "absl/cleanup/cleanup.h"
 #include "absl/strings/str_cat.h"
 #include "drivers/confinement.h"
 #include "drivers/executor/wire.h"
@@ -392,6 +393,15 @@ absl::StatusOr<std::shared_ptr<Executor>> Executor::Start(const ExecutorOptions&
   if (access(options.binary.c_str(), X_OK) != 0)
     return absl::InternalError(absl::StrCat("executor program ", options.binary.string(), " cannot be run: ",
                                             std::strerror(errno)));
+  // Its own bytes first: no process is started for want of them.
+  if (options.own_bytes > 0)
+    if (absl::Status s = memory.ReserveWithoutReclaim(device, options.own_bytes); !s.ok())
+      return absl::Status(s.code(), absl::StrCat("an executor for tenant ", tenant, " needs ", options.own_bytes,
+                                                 " bytes of its own: ", s.message()));
+  // Until the executor holds them.
+  absl::Cleanup own_bytes = [&] {
+    if (options.own_bytes > 0) memory.Release(options.own_bytes);
+  };
   absl::StatusOr<Channel> control = Channel::Create();
   if (!control.ok()) return control.status();
   int sockets[2];
@@ -435,6 +445,11 @@ absl::StatusOr<std::shared_ptr<Executor>> Executor::Start(const ExecutorOptions&
   auto executor = std::shared_ptr<Executor>(
       new Executor(options, std::move(tenant), std::move(device), memory, *std::move(control), sockets[0], pid,
                    std::move(died)));
+  std::move(own_bytes).Cancel();
+  {
+    absl::MutexLock lock(&executor->mu_);
+    executor->reserved_ = options.own_bytes;
+  }
   absl::MutexLock lock(&executor->limit_mu_);
   executor->address_space_limit_ = address_space;
   return executor;
@@ -482,11 +497,21 @@ absl::Status Executor::health() const {
 }
 
 absl::Status Executor::Reserve(uint64_t bytes) {
-  absl::MutexLock lock(&mu_);
-  if (!death_.ok()) return death_;
+  if (absl::Status s = health(); !s.ok()) return s;
+  // Outside the lock: the device's reclaimer may end idle executors.
   if (absl::Status s = memory_.Reserve(device_, bytes); !s.ok()) return s;
+  absl::MutexLock lock(&mu_);
+  if (!death_.ok()) {
+    memory_.Release(bytes);
+    return death_;
+  }
   reserved_ += bytes;
   return absl::OkStatus();
+}
+
+uint64_t Executor::reserved() const {
+  absl::MutexLock lock(&mu_);
+  return reserved_;
 }
 
 void Executor::Release(uint64_t bytes) {
@@ -762,10 +787,13 @@ absl::Status Executor::Await(Link& link) {
 ExecutorDevice::ExecutorDevice(std::unique_ptr<Device> inner, ExecutorOptions options)
     : inner_(std::move(inner)), options_(std::move(options)), memory_(inner_->memory()),
       wake_fd_(eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)), shared_buffers_(options_.max_shared_buffers) {
+  if (options_.linger > absl::ZeroDuration())
+    memory_.set_reclaimer([this](uint64_t wanted) { return EndIdle(wanted, ""); });
   if (wake_fd_ >= 0) supervisor_ = std::thread([this] { Supervise(); });
 }
 
 ExecutorDevice::~ExecutorDevice() {
+  memory_.set_reclaimer(nullptr);
   {
     absl::MutexLock lock(&mu_);
     stopping_ = true;
@@ -818,6 +846,10 @@ absl::StatusOr<std::unique_ptr<Context>> ExecutorDevice::OpenContext(const Conte
   const absl::string_view tenant = options.tenant;
   const absl::Duration timeout = options.max_launch > absl::ZeroDuration() ? options.max_launch
                                                                            : options_.command_timeout;
+  // A new executor's own bytes: where they do not fit, idle executors of other tenants
+  // give way.
+  if (options_.own_bytes > 0 && memory_.free() < options_.own_bytes && !HasExecutor(tenant))
+    EndIdle(options_.own_bytes - memory_.free(), tenant);
   std::shared_ptr<Executor> executor;
   absl::Status limited;  // moving its address-space limit
   {
@@ -832,10 +864,6 @@ absl::StatusOr<std::unique_ptr<Context>> ExecutorDevice::OpenContext(const Conte
           options_, std::string(tenant), inner_->info().id, memory_, std::move(died),
           AddressSpaceFor(options.memory_quota, 1));
       if (!started.ok()) return started.status();
-      if (options_.own_bytes > 0)
-        if (absl::Status s = (*started)->Reserve(options_.own_bytes); !s.ok())
-          return absl::Status(s.code(), absl::StrCat("an executor for tenant ", tenant, " needs ", options_.own_bytes,
-                                                     " bytes of its own: ", s.message()));
       {
         absl::MutexLock counts(&counts_mu_);
         ++counts_[std::string(tenant)].started;
@@ -910,6 +938,39 @@ std::vector<std::shared_ptr<Executor>> ExecutorDevice::TakeExpired(absl::Time no
     ++it;
   }
   return expired;
+}
+
+bool ExecutorDevice::HasExecutor(absl::string_view tenant) const {
+  absl::MutexLock lock(&mu_);
+  auto it = executors_.find(tenant);
+  return it != executors_.end() && it->second.executor->health().ok();
+}
+
+bool ExecutorDevice::EndIdle(uint64_t wanted, absl::string_view keep) {
+  std::vector<std::shared_ptr<Executor>> ended;  // stopped outside the lock
+  {
+    absl::MutexLock lock(&mu_);
+    std::vector<std::pair<absl::Time, std::string>> idle;  // the longest idle first
+    uint64_t spare = 0;
+    for (const auto& [tenant, e] : executors_) {
+      if (e.contexts > 0 || e.idle_since == absl::InfiniteFuture() || tenant == keep) continue;
+      idle.emplace_back(e.idle_since, tenant);
+      spare += e.executor->reserved();
+    }
+    if (spare < wanted) return false;
+    std::sort(idle.begin(), idle.end());
+    uint64_t freed = 0;
+    for (const auto& [since, tenant] : idle) {
+      if (freed >= wanted) break;
+      auto it = executors_.find(tenant);
+      freed += it->second.executor->reserved();
+      ended.push_back(std::move(it->second.executor));
+      executors_.erase(it);
+    }
+  }
+  for (const auto& e : ended) e->Stop();
+  WakeSupervisor();  // it lets go of them
+  return true;
 }
 
 std::shared_ptr<Executor> ExecutorDevice::ExecutorOf(absl::string_view tenant) const {

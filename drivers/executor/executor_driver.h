@@ -72,7 +72,9 @@ struct ExecutorOptions {
   // How long an executor outlives its tenant's last context, idle, for the tenant's next
   // context to open in at once (a session per request then starts no process, and a GPU
   // executor no driver context, each time); 0: it ends with the last context. An idle
-  // executor keeps its own bytes (own_bytes) reserved.
+  // executor keeps its own bytes (own_bytes) reserved until they are wanted: a
+  // reservation on the device that would not fit otherwise (another tenant's new executor,
+  // an allocation) ends idle executors, the longest idle first.
   absl::Duration linger = absl::ZeroDuration();
 };
 
@@ -127,8 +129,10 @@ class Executor {
     explicit Link(Channel c) : channel(std::move(c)) {}
   };
 
-  // Starts an executor for `tenant` on device `device`. INTERNAL when it cannot be
-  // started (the binary missing, no memory for the channel). `died`, if given, is told
+  // Starts an executor for `tenant` on device `device`, holding ExecutorOptions::own_bytes
+  // of `memory` (reserved before the process starts, without asking the reclaimer). INTERNAL
+  // when it cannot be started (the binary missing, no memory for the channel);
+  // RESOURCE_EXHAUSTED when its own bytes do not fit. `died`, if given, is told
   // once, should the executor end before Stop (called under the executor's lock: it must
   // not call back into it).
   // With `address_space` (bytes, > 0) its address space is limited to that, and may
@@ -183,9 +187,12 @@ class Executor {
   absl::Status Release(Link& link, Request& request, absl::string_view what);
 
   // Device memory held by this executor's allocations, reserved in the device's account
-  // and given back when they are freed or when the executor ends.
+  // (where it is short, the device's reclaimer may end idle executors: the caller holds
+  // no ExecutorDevice lock) and given back when they are freed or when the executor ends.
   absl::Status Reserve(uint64_t bytes);
   void Release(uint64_t bytes);
+  // What it holds on the device now: its own bytes and its allocations.
+  uint64_t reserved() const;
 
   // OK while it runs; the cause (FAILED_PRECONDITION) once it has ended.
   absl::Status health() const;
@@ -305,6 +312,12 @@ class ExecutorDevice : public Device {
   // reaper then closes the tenant's sessions. It also ends executors idle past their
   // linger.
   void Supervise();
+  // Whether `tenant` has an executor that runs.
+  bool HasExecutor(absl::string_view tenant) const;
+  // The device's reclaimer: ends idle (lingering) executors, the longest idle first, but
+  // not `keep`'s, until they have given back at least `wanted` bytes; true when they have.
+  // Ends none where all of them together hold less. The caller holds no lock of this device.
+  bool EndIdle(uint64_t wanted, absl::string_view keep);
   // Removes the executors idle past their linger at `now` and returns them (to be
   // stopped outside the lock); the time the next idle one's linger ends, in `next`.
   std::vector<std::shared_ptr<Executor>> TakeExpired(absl::Time now, absl::Time& next)

@@ -32,6 +32,38 @@ TEST(DeviceMemoryTest, ZeroAndHugeRequestsAreRefused) {
   EXPECT_EQ(memory.in_use(), 1u);
 }
 
+// A reservation that does not fit asks the reclaimer for exactly what is missing, and
+// fits once it gave that back; one it cannot make room for is refused with nothing held.
+TEST(DeviceMemoryTest, AReservationShortOfRoomAsksTheReclaimerForWhatIsMissing) {
+  DeviceMemory memory(1000);
+  ASSERT_TRUE(memory.Reserve("d", 700).ok());  // 300 of them are an idle holder's
+  uint64_t idle = 300;
+  std::vector<uint64_t> asked;
+  memory.set_reclaimer([&](uint64_t wanted) {
+    asked.push_back(wanted);
+    if (wanted > idle) return false;
+    memory.Release(idle);
+    idle = 0;
+    return true;
+  });
+  EXPECT_TRUE(memory.Reserve("d", 200).ok()) << "fits without asking";
+  EXPECT_TRUE(asked.empty());
+  absl::Status refused = memory.Reserve("d", 500);  // 100 free, 300 to give: short by 100
+  EXPECT_EQ(refused.code(), absl::StatusCode::kResourceExhausted) << refused;
+  EXPECT_THAT(asked, ::testing::ElementsAre(400u));
+  EXPECT_EQ(memory.in_use(), 900u) << "nothing held, nothing given back";
+  EXPECT_TRUE(memory.Reserve("d", 350).ok()) << refused;
+  EXPECT_THAT(asked, ::testing::ElementsAre(400u, 250u));
+  EXPECT_EQ(memory.in_use(), 950u);
+  EXPECT_EQ(memory.ReserveWithoutReclaim("d", 51).code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_EQ(asked.size(), 2u) << "ReserveWithoutReclaim asks nobody";
+  EXPECT_EQ(memory.Reserve("d", 2000).code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_EQ(asked.size(), 2u) << "more than the device has is not asked for";
+  memory.set_reclaimer(nullptr);
+  EXPECT_EQ(memory.Reserve("d", 51).code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_EQ(asked.size(), 2u);
+}
+
 TEST(DeviceMemoryTest, ConcurrentReservationsNeverExceedTheTotal) {
   DeviceMemory memory(1000);
   std::atomic<int> granted{0};

@@ -30,6 +30,7 @@ class FakeGpuExecutorFixture : public DaemonFixture {
   // the device kind and sets what its executors hold of their own to kExecutorBytes.
   void StartDaemon(std::string device, const std::function<void(DaemonOptions&)>& adjust) {
     device_ = std::move(device);
+    adjust_ = adjust;
     const std::filesystem::path file = cache_.path() / "tenants.textproto";
     std::ofstream(file) << TenantText("research", "research-token", "") << TenantText("prod", "prod-token", "")
                         << TenantText("ops", "ops-token", "");
@@ -96,7 +97,37 @@ class FakeGpuExecutorFixture : public DaemonFixture {
     ExpectCopiesRight(ours, 2);
   }
 
+  // With a linger, an idle executor's own state stays counted only until another
+  // tenant's executor needs the room: then the idle one ends, and the newcomer's session
+  // works; with no idle executor left, a tenant's first session is refused as before.
+  void CheckAnIdleExecutorGivesWayToAnotherTenantsExecutor() {
+    const std::function<void(DaemonOptions&)> adjust = adjust_;
+    StartDaemon(device_, [adjust](DaemonOptions& d) {
+      adjust(d);
+      d.executor_linger = absl::Hours(1);
+    });
+    Client research = As("research-token"), prod = As("prod-token"), ops = As("ops-token");
+    const uint64_t total = FreeMemory(research);
+    {
+      ASSERT_OK_AND_ASSIGN(Session mine, research.OpenSession(device_));
+      ExpectCopiesRight(mine, 1);
+      EXPECT_TRUE(mine.Close().ok());
+    }
+    EXPECT_EQ(FreeMemory(research), total - kExecutorBytes) << "research's executor lingers";
+    ASSERT_OK_AND_ASSIGN(Session theirs, prod.OpenSession(device_));
+    EXPECT_EQ(FreeMemory(research), total - 2 * kExecutorBytes);
+    ASSERT_OK_AND_ASSIGN(Session ours, ops.OpenSession(device_));
+    EXPECT_EQ(FreeMemory(research), total - 2 * kExecutorBytes) << "research's idle executor gave way";
+    ExpectCopiesRight(ours, 2);
+    ExpectCopiesRight(theirs, 3);
+    absl::StatusOr<Session> refused = research.OpenSession(device_);
+    EXPECT_EQ(refused.status().code(), absl::StatusCode::kResourceExhausted) << refused.status();
+    EXPECT_THAT(std::string(refused.status().message()),
+                ::testing::HasSubstr("an executor for tenant research needs"));
+  }
+
   std::string device_;
+  std::function<void(DaemonOptions&)> adjust_;
 };
 
 }  // namespace replayd::client

@@ -527,6 +527,10 @@ class FakeCudaExecutorTest : public FakeGpuExecutorFixture {
 // is refused, and an executor that ends gives its share back.
 TEST_F(FakeCudaExecutorTest, AnExecutorsOwnContextIsCountedAgainstTheDevice) { CheckAnExecutorsOwnStateIsCounted(); }
 
+TEST_F(FakeCudaExecutorTest, AnIdleExecutorGivesWayToAnotherTenantsExecutor) {
+  CheckAnIdleExecutorGivesWayToAnotherTenantsExecutor();
+}
+
 // An executor that cannot load the CUDA driver (here: the daemon started without the
 // fake on its LD_LIBRARY_PATH, which its CUDA executors inherit) says why: the session
 // that started it is UNAVAILABLE naming the driver, and the daemon serves on.

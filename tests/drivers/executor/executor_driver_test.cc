@@ -52,7 +52,8 @@ class ExecutorDriverTest : public ::testing::Test {
   // Buffers of at least `shared_from` bytes are shared buffers (the daemon's setting for
   // cpu by default), at most `max_shared` at once.
   std::unique_ptr<ExecutorDevice> MakeDevice(absl::Duration timeout, uint64_t shared_from = 64 << 10,
-                                             int64_t max_shared = 8192, absl::Duration linger = absl::ZeroDuration()) {
+                                             int64_t max_shared = 8192, absl::Duration linger = absl::ZeroDuration(),
+                                             uint64_t own_bytes = 0) {
     CpuDriverOptions cpu;
     cpu.memory_limit = kMemory;
     cpu.threads = 2;
@@ -65,6 +66,7 @@ class ExecutorDriverTest : public ::testing::Test {
     options.max_shared_buffers = max_shared;
     options.address_space_margin = kAddressSpaceMargin;  // the daemon's for cpu
     options.linger = linger;
+    options.own_bytes = own_bytes;
     return std::make_unique<ExecutorDevice>(std::make_unique<CpuDevice>(cpu), options);
   }
 
@@ -921,6 +923,73 @@ TEST_F(ExecutorDriverTest, WithALingerAnIdleExecutorTakesTheTenantsNextContextTh
   ASSERT_NE(device_->ExecutorOf("a"), nullptr);
   EXPECT_NE(device_->ExecutorOf("a")->pid(), pid);
   EXPECT_EQ(device_->executor_counts()["a"].started, 2u);
+}
+
+// An idle executor's own bytes go back to the device when they are wanted: another
+// tenant's new executor, or an allocation, that would not fit otherwise ends idle
+// executors, the longest idle first and no more than it needs; a reservation that
+// ending them all would not make room for ends none.
+TEST_F(ExecutorDriverTest, IdleExecutorsGiveTheirOwnMemoryBackWhenItIsWanted) {
+  constexpr uint64_t kOwn = kMemory / 4;
+  device_ = MakeDevice(absl::Seconds(30), 64 << 10, 8192, absl::Hours(1), kOwn);
+  auto pid_of = [&](const char* tenant) {
+    std::shared_ptr<Executor> e = device_->ExecutorOf(tenant);
+    return e ? e->pid() : pid_t{-1};
+  };
+  pid_t a = -1, b = -1;
+  {
+    ASSERT_OK_AND_ASSIGN(std::unique_ptr<Context> first, device_->OpenContext({"a"}));
+    a = pid_of("a");
+  }
+  absl::SleepFor(absl::Milliseconds(5));  // a has been idle the longer
+  {
+    ASSERT_OK_AND_ASSIGN(std::unique_ptr<Context> first, device_->OpenContext({"b"}));
+    b = pid_of("b");
+  }
+  ASSERT_GT(a, 0);
+  ASSERT_GT(b, 0);
+  EXPECT_EQ(device_->memory_in_use(), 2 * kOwn) << "two idle executors hold their own bytes";
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<Context> c, device_->OpenContext({"c"}));
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<Context> d, device_->OpenContext({"d"}));
+  EXPECT_EQ(device_->memory_in_use(), kMemory);
+  EXPECT_EQ(pid_of("a"), a) << "room was left: nobody gave way";
+  EXPECT_EQ(pid_of("b"), b);
+
+  // The device is full: e's executor takes a's place, and b lingers on.
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<Context> e, device_->OpenContext({"e"}));
+  EXPECT_EQ(pid_of("a"), -1) << "the longest idle gave way";
+  EXPECT_EQ(kill(a, 0), -1) << "ended and reaped";
+  EXPECT_EQ(pid_of("b"), b);
+  EXPECT_EQ(device_->memory_in_use(), kMemory);
+
+  // More than b holds: b stays, and the allocation is refused.
+  absl::StatusOr<Allocation> refused = c->Allocate(kOwn + 1);
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kResourceExhausted) << refused.status();
+  EXPECT_EQ(pid_of("b"), b) << "giving way would not have made room";
+  EXPECT_EQ(device_->memory_in_use(), kMemory);
+  // What b holds is enough: b gives way, and the allocation works.
+  ASSERT_OK_AND_ASSIGN(Allocation x, c->Allocate(kOwn / 2));
+  EXPECT_EQ(pid_of("b"), -1);
+  EXPECT_EQ(kill(b, 0), -1);
+  const float one = 1;
+  ASSERT_TRUE(c->Write(x, 0, {reinterpret_cast<const uint8_t*>(&one), 4}).ok());
+  float back = 0;
+  ASSERT_TRUE(c->Read(x, 0, {reinterpret_cast<uint8_t*>(&back), 4}).ok());
+  EXPECT_EQ(back, 1.0f);
+  EXPECT_EQ(device_->memory_in_use(), 3 * kOwn + kOwn / 2);
+
+  // No idle executor is left to give way: a's next executor does not fit.
+  absl::StatusOr<std::unique_ptr<Context>> no_room = device_->OpenContext({"a"});
+  EXPECT_EQ(no_room.status().code(), absl::StatusCode::kResourceExhausted) << no_room.status();
+  EXPECT_THAT(std::string(no_room.status().message()), HasSubstr("an executor for tenant a needs"));
+  EXPECT_EQ(pid_of("a"), -1) << "no process was started for it";
+  c->Free(x);
+  // Giving way is not dying.
+  for (const char* tenant : {"a", "b"}) {
+    const ExecutorCounts counts = device_->executor_counts()[tenant];
+    EXPECT_EQ(counts.started, 1u) << tenant;
+    for (uint64_t died : counts.died) EXPECT_EQ(died, 0u) << tenant;
+  }
 }
 
 TEST_F(ExecutorDriverTest, ASharedContextRunsInTheDaemonAndDrawsOnTheSameMemory) {

@@ -686,6 +686,10 @@ class FakeHipExecutorTest : public FakeGpuExecutorFixture {
 // session is refused, and an executor that ends gives its share back.
 TEST_F(FakeHipExecutorTest, AnExecutorsOwnStateIsCountedAgainstTheDevice) { CheckAnExecutorsOwnStateIsCounted(); }
 
+TEST_F(FakeHipExecutorTest, AnIdleExecutorGivesWayToAnotherTenantsExecutor) {
+  CheckAnIdleExecutorGivesWayToAnotherTenantsExecutor();
+}
+
 // An executor without the fake (here: the daemon started without it on its
 // LD_LIBRARY_PATH, which its HIP executors inherit, so they load Debian's runtime, whose
 // hipInit finds no GPU, or no runtime at all) says why: the session that started it is
