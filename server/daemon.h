@@ -64,8 +64,9 @@ struct DaemonOptions {
   TenantDefaults tenant_defaults;
   std::filesystem::path executor_binary;  // empty: replayd-executor beside this program
   // How long a tenant's executor outlives its last session, idle, for the tenant's next
-  // session to open in at once (executor::ExecutorOptions::linger); 0: it ends with it.
-  absl::Duration executor_linger = absl::ZeroDuration();
+  // session to open in at once (executor::ExecutorOptions::linger; it ends sooner where its
+  // device memory is wanted); 0: it ends with it.
+  absl::Duration executor_linger = absl::Seconds(10);
   SessionStreamOptions streams;        // Session streams: window and polling threads
   std::filesystem::path tenants_file;  // empty: one tenant, default, without authentication
   // TLS: a PEM certificate chain and key; with a client CA, clients must present a

@@ -98,10 +98,10 @@ ABSL_FLAG(std::string, isolation, "process",
 ABSL_FLAG(int, max_launch_seconds, 60,
           "unless the tenants file says: the longest one launch, replay or transfer may run in a tenant's "
           "process before the process is ended (1 to 604800)");
-ABSL_FLAG(absl::Duration, executor_linger, absl::ZeroDuration(),
+ABSL_FLAG(absl::Duration, executor_linger, absl::Seconds(10),
           "how long a tenant's process outlives its last session on a device, idle, so that the tenant's next "
           "session there opens without starting one (a duration: 2s, 500ms; 0 to 1h; 0: it ends with the last "
-          "session)");
+          "session); an idle process ends sooner where its device memory is wanted");
 ABSL_FLAG(std::optional<int>, drain_seconds, std::nullopt,
           "seconds a drain (SIGTERM, SIGINT, Admin.Drain) lets open sessions and calls carry on before the "
           "daemon closes them and exits; 0 to 86400 (unset: --shutdown_grace_seconds if given, else 30)");

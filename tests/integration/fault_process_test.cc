@@ -340,7 +340,9 @@ TEST_F(FaultProcessTest, DamagedArtifactIsCompiledAgain) {
 // the same left them.
 TEST_F(FaultProcessTest, AbandonedSessionsAreAllReaped) {
   const int64_t abandoned = EnvInt("REPLAYD_FAULT_ABANDONED", 2000);
-  const DaemonProcess d = daemons_.Start({absl::StrCat("--lease_seconds=", kLeaseSeconds), "--log_level=warn"});
+  // No linger: the executor ends with the last session, so idle is the daemon alone.
+  const DaemonProcess d = daemons_.Start(
+      {absl::StrCat("--lease_seconds=", kLeaseSeconds), "--log_level=warn", "--executor_linger=0"});
   ASSERT_GT(d.pid, 0);
   Client admin = Client::Connect(d.address);
   ASSERT_OK_AND_ASSIGN(const Held baseline, HeldBy(admin));

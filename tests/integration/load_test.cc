@@ -173,8 +173,9 @@ TEST(LoadTest, ManyClientsReplayWithEveryResultCheckedAndTheDaemonComesBackToIts
   const char* isolation = std::getenv("REPLAYD_LOAD_ISOLATION");
   DaemonProcesses daemons;
   // Leases longer than any run, so the clients' own closes free what they held; a tenant
-  // of its own with room for every client's session.
-  DaemonProcess d = daemons.Start({"--log_level=warn", "--lease_seconds=600",
+  // of its own with room for every client's session. No linger: the executor ends with
+  // the last session, so the idle footprint is the same whenever it is read.
+  DaemonProcess d = daemons.Start({"--log_level=warn", "--lease_seconds=600", "--executor_linger=0",
                                    absl::StrCat("--isolation=", isolation ? isolation : "process")});
   ASSERT_GT(d.pid, 0);
 

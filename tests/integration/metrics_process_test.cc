@@ -125,7 +125,8 @@ class MetricsProcessTest : public ::testing::Test {
         Spawn({REPLAYD_BINARY, "--listen=" + address_, absl::StrCat("--metrics_listen=:", metrics_port_),
                "--tenants=" + (dir_.path() / "tenants.textproto").string(),
                "--cache_dir=" + (dir_.path() / "cache").string(), "--log_level=warn",
-               "--lease_seconds=3600"},  // alice's session outlives the waits for Prometheus
+               "--lease_seconds=3600",  // alice's session outlives the waits for Prometheus
+               "--executor_linger=0"},  // bob's executor ends with his session: alice's is the one left
               dir_.path() / "replayd.log"));
     ASSERT_GT(daemon_->pid(), 0);
     absl::StatusOr<std::vector<v1::Device>> up = absl::UnavailableError("not yet");

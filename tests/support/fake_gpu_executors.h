@@ -72,9 +72,10 @@ class FakeGpuExecutorFixture : public DaemonFixture {
   }
 
   // A tenant's executor's own state is counted while it runs: one executor per tenant,
-  // past what the device has a tenant's first session is refused, and an executor that
-  // ends with its tenant's last session gives its share back.
+  // past what the device has a tenant's first session is refused, and (without a linger)
+  // an executor that ends with its tenant's last session gives its share back.
   void CheckAnExecutorsOwnStateIsCounted() {
+    RestartWithLinger(absl::ZeroDuration());
     Client research = As("research-token"), prod = As("prod-token"), ops = As("ops-token");
     const uint64_t total = FreeMemory(research);
     ASSERT_EQ(total, uint64_t{1} << 30);
@@ -101,11 +102,7 @@ class FakeGpuExecutorFixture : public DaemonFixture {
   // tenant's executor needs the room: then the idle one ends, and the newcomer's session
   // works; with no idle executor left, a tenant's first session is refused as before.
   void CheckAnIdleExecutorGivesWayToAnotherTenantsExecutor() {
-    const std::function<void(DaemonOptions&)> adjust = adjust_;
-    StartDaemon(device_, [adjust](DaemonOptions& d) {
-      adjust(d);
-      d.executor_linger = absl::Hours(1);
-    });
+    RestartWithLinger(absl::Hours(1));
     Client research = As("research-token"), prod = As("prod-token"), ops = As("ops-token");
     const uint64_t total = FreeMemory(research);
     {
@@ -124,6 +121,15 @@ class FakeGpuExecutorFixture : public DaemonFixture {
     EXPECT_EQ(refused.status().code(), absl::StatusCode::kResourceExhausted) << refused.status();
     EXPECT_THAT(std::string(refused.status().message()),
                 ::testing::HasSubstr("an executor for tenant research needs"));
+  }
+
+  // Starts the daemon again, as it was, with executors that linger for `linger`.
+  void RestartWithLinger(absl::Duration linger) {
+    const std::function<void(DaemonOptions&)> adjust = adjust_;
+    StartDaemon(device_, [adjust, linger](DaemonOptions& d) {
+      adjust(d);
+      d.executor_linger = linger;
+    });
   }
 
   std::string device_;
