@@ -238,6 +238,12 @@ std::filesystem::path CageBesideThisProgram() {
 
 CCompiler::CCompiler(CCompilerOptions options)
     : options_(std::move(options)), compiler_path_(FindProgram(options_.compiler)) {
+  // The cage starts in the compile's work directory: a path relative to ours would miss.
+  if (!options_.cage.empty()) {
+    std::error_code ec;
+    std::filesystem::path absolute = std::filesystem::absolute(options_.cage, ec);
+    if (!ec) options_.cage = std::move(absolute);
+  }
   if (!options_.cage.empty() && !LandlockAvailable())
     spdlog::warn("this kernel has no Landlock: the cpu-c compiler is not confined to the system headers "
                  "(the dependency check, its work directory and its limits still apply)");

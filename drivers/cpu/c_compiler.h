@@ -46,7 +46,8 @@ struct CCompilerOptions {
   absl::Duration time_limit = absl::Seconds(30);  // for the whole compile, both runs
   // The cage program (replayd-cc) each run of the compiler starts in. Empty: the
   // compiler runs without Landlock (library use); the dependency check, the work
-  // directory and the environment apply either way. The daemon always sets it.
+  // directory and the environment apply either way. The daemon always sets it. A
+  // relative path is taken from the working directory at construction.
   std::filesystem::path cage = {};
 };
 

@@ -222,5 +222,21 @@ TEST_F(CompilerCageTest, ACageThatCannotStartSaysSo) {
   EXPECT_THAT(result.output, HasSubstr("cannot run /nonexistent/cc"));
 }
 
+// The cage runs in the compile's work directory: named by a path relative to the
+// daemon's working directory (binaries run from a pack, tests/gpu/pack.sh), it is still
+// found.
+TEST(CCompilerCageTest, ACageNamedByARelativePathIsFound) {
+  const std::filesystem::path cage = std::filesystem::absolute(testing::CcBinary());
+  const std::filesystem::path before = std::filesystem::current_path();
+  std::filesystem::current_path(cage.parent_path().parent_path());
+  CCompilerOptions options;
+  options.cage = cage.parent_path().filename() / cage.filename();  // server/replayd-cc, say
+  const CCompiler compiler(options);
+  std::filesystem::current_path(before);
+  TempDir out;
+  EXPECT_OK(compiler.Compile({"cpu-c", "void k(void) {}", "k", {}, {}}, out.path() / "k.so"));
+  EXPECT_TRUE(std::filesystem::exists(out.path() / "k.so"));
+}
+
 }  // namespace
 }  // namespace replayd
