@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <cstdio>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
@@ -36,8 +37,13 @@ absl::StatusOr<bool> ExecutorServer::OpenContext(pid_t parent) {
   absl::StatusOr<std::unique_ptr<Context>> context = device_.OpenContext({});
   if (!context.ok()) return context.status();
   // The daemon's transfers come through the data area: page-locked, a GPU copies straight
-  // from and into it. Where the driver refuses, they are staged as before.
-  (*context)->PinHost(channel->data()).IgnoreError();
+  // from and into it. Where the driver refuses, they are staged as before, and the
+  // daemon's log says so once.
+  if (absl::Status pinned = (*context)->PinHost(channel->data()); !pinned.ok() && !told_unpinned_) {
+    told_unpinned_ = true;
+    std::fprintf(stderr, "replayd-executor: transfers are staged: the channel cannot be page-locked: %s\n",
+                 std::string(pinned.message()).c_str());
+  }
   const bool edges = (*context)->wants_edges();
   RunOnThread([channel = std::make_shared<Channel>(*std::move(channel)),
                server = std::make_shared<ContextServer>(device_, std::move(*context), socket_), parent]() mutable {

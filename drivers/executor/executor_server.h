@@ -101,6 +101,7 @@ class ExecutorServer {
   Channel& control_;
   const int socket_;
   Device& device_;
+  bool told_unpinned_ = false;  // that a channel could not be page-locked
   absl::Mutex threads_mu_;
   // Waiting threads not yet given a context, and what they are given.
   int idle_threads_ ABSL_GUARDED_BY(threads_mu_) = 0;
