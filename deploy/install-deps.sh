@@ -17,6 +17,8 @@ packages=(
   # the deployment files' checks (tests/deploy)
   systemd yamllint python3-yaml
   libcpp-httplib-dev prometheus
+  # the rehearsal of the GPU checks (tests/gpu/rehearse_test.sh packs binaries as for a GPU machine)
+  patchelf
 )
 # kubectl for tests/deploy: Debian's, unless one is installed already (a newer one stays).
 command -v kubectl >/dev/null || packages+=(kubernetes-client)
