@@ -46,7 +46,7 @@ absl::StatusOr<bool> ExecutorServer::OpenContext(pid_t parent) {
   }
   const bool edges = (*context)->wants_edges();
   RunOnThread([channel = std::make_shared<Channel>(*std::move(channel)),
-               server = std::make_shared<ContextServer>(device_, std::move(*context), socket_), parent]() mutable {
+               server = std::make_shared<ContextServer>(device_, std::move(*context), socket_, allocations_), parent]() mutable {
     Serve(
         *channel, [&](const Request& request, bool& done) { return server->Handle(request, channel->data(), done); },
         [parent] { return getppid() != parent; });
@@ -82,10 +82,37 @@ void ExecutorServer::RunOnThread(std::function<void()> serve) {
   }).detach();
 }
 
+void Allocations::Add(const Allocation& a) {
+  absl::MutexLock lock(&mu_);
+  bytes_[a.address] = a.bytes;
+}
+
+void Allocations::Remove(uint64_t address) {
+  absl::MutexLock lock(&mu_);
+  bytes_.erase(address);
+}
+
+absl::Status Allocations::CheckInside(uint64_t address, uint64_t bytes) const {
+  {
+    absl::ReaderMutexLock lock(&mu_);
+    auto it = bytes_.upper_bound(address);
+    if (it != bytes_.begin()) {
+      --it;
+      const uint64_t start = it->first, size = it->second;
+      if (address - start <= size && bytes <= size - (address - start)) return absl::OkStatus();
+    }
+  }
+  return absl::OutOfRangeError(
+      absl::StrCat("executor: [0x", absl::Hex(address), ", +", bytes, ") is not inside an allocation"));
+}
+
 ContextServer::~ContextServer() {
   graphs_.clear();
   kernels_.clear();
-  for (const auto& [address, allocation] : allocations_) context_->Free(allocation);
+  for (const auto& [address, allocation] : allocations_) {
+    everyone_.Remove(address);
+    context_->Free(allocation);
+  }
 }
 
 Reply ContextServer::Handle(const Request& request, std::span<uint8_t> data, bool& done) {
@@ -123,15 +150,14 @@ absl::StatusOr<Allocation> ContextServer::FindAllocation(const Region& region, u
   return it->second;
 }
 
-absl::Status ContextServer::CheckInside(uint64_t address, uint64_t bytes) const {
-  auto it = allocations_.upper_bound(address);
-  if (it != allocations_.begin()) {
-    --it;
-    const Allocation& a = it->second;
-    if (address - a.address <= a.bytes && bytes <= a.bytes - (address - a.address)) return absl::OkStatus();
+absl::Status ContextServer::CheckBufferArgs(const Kernel& kernel, std::span<const ArgValue> args) const {
+  const std::vector<replayd::Param>& params = kernel.signature().params;
+  for (size_t i = 0; i < args.size() && i < params.size(); ++i) {
+    if (params[i].kind != ParamKind::kBuffer) continue;
+    if (absl::Status s = everyone_.CheckInside(args[i].address, 0); !s.ok())
+      return absl::OutOfRangeError(absl::StrCat("executor: buffer argument ", i, ": ", s.message()));
   }
-  return absl::OutOfRangeError(
-      absl::StrCat("executor: [0x", absl::Hex(address), ", +", bytes, ") is not inside an allocation"));
+  return absl::OkStatus();
 }
 
 absl::StatusOr<const Kernel*> ContextServer::FindKernel(uint64_t id) const {
@@ -146,6 +172,7 @@ absl::Status ContextServer::Run(const Request& request, std::span<uint8_t> data,
       absl::StatusOr<Allocation> a = context_->Allocate(request.allocate());
       if (!a.ok()) return a.status();
       allocations_[a->address] = *a;
+      everyone_.Add(*a);
       reply.set_value(a->address);
       return absl::OkStatus();
     }
@@ -153,12 +180,14 @@ absl::Status ContextServer::Run(const Request& request, std::span<uint8_t> data,
       absl::StatusOr<Allocation> a = AllocateShared(request.allocate_shared());
       if (!a.ok()) return a.status();
       allocations_[a->address] = *a;
+      everyone_.Add(*a);
       reply.set_value(a->address);
       return absl::OkStatus();
     }
     case Request::kFree: {
       absl::StatusOr<Allocation> a = FindAllocation(request.free(), 0, 0);
       if (!a.ok()) return a.status();
+      everyone_.Remove(a->address);
       context_->Free(*a);
       allocations_.erase(a->address);
       return absl::OkStatus();
@@ -178,8 +207,8 @@ absl::Status ContextServer::Run(const Request& request, std::span<uint8_t> data,
       // need only lie inside one allocation of this context.
       const CopyCommand& cp = request.copy();
       const uint64_t dst = cp.dst().address() + cp.dst_offset(), src = cp.src().address() + cp.src_offset();
-      if (absl::Status s = CheckInside(dst, cp.bytes()); !s.ok()) return s;
-      if (absl::Status s = CheckInside(src, cp.bytes()); !s.ok()) return s;
+      if (absl::Status s = everyone_.CheckInside(dst, cp.bytes()); !s.ok()) return s;
+      if (absl::Status s = everyone_.CheckInside(src, cp.bytes()); !s.ok()) return s;
       return context_->Copy({dst, cp.bytes()}, 0, {src, cp.bytes()}, 0, cp.bytes());
     }
     case Request::kLoad: {
@@ -203,6 +232,7 @@ absl::Status ContextServer::Run(const Request& request, std::span<uint8_t> data,
                                                        (*kernel)->signature().params.size(), " arguments, got ",
                                                        l.args_size()));
       const std::vector<ArgValue> args = ArgsFromWire(l.args());
+      if (absl::Status s = CheckBufferArgs(**kernel, args); !s.ok()) return s;
       absl::StatusOr<std::optional<absl::Duration>> t =
           context_->Launch(**kernel, args, FromWire(l.global()), FromWire(l.local()), l.wait());
       if (!t.ok()) return t.status();
@@ -237,6 +267,12 @@ absl::Status ContextServer::RunGraphCommand(const Request& request, Reply& reply
         return absl::InvalidArgumentError(absl::StrCat("executor: copy node ", i, " has ", n.args_size(), " arguments"));
       }
       nodes[i].args = ArgsFromWire(n.args());
+      // A kernel node's buffer arguments may be placeholders until the first launch sets
+      // them (each launch's are checked); a copy node is built on real memory.
+      if (nodes[i].is_copy())
+        for (const ArgValue& a : nodes[i].args)
+          if (absl::Status s = everyone_.CheckInside(a.address, n.copy_bytes()); !s.ok())
+            return absl::OutOfRangeError(absl::StrCat("executor: copy node ", i, ": ", s.message()));
       nodes[i].global = FromWire(n.global());
       nodes[i].local = FromWire(n.local());
       nodes[i].copy_bytes = n.copy_bytes();
@@ -254,10 +290,19 @@ absl::Status ContextServer::RunGraphCommand(const Request& request, Reply& reply
     absl::StatusOr<std::unique_ptr<DeviceGraph>> graph = context_->Instantiate(nodes, edges);
     if (!graph.ok()) return graph.status();
     std::vector<uint64_t> values(layout->size());
-    for (size_t i = 0; i < nodes.size(); ++i) layout->Store(i, nodes[i].args, nodes[i].global, nodes[i].local, values);
+    std::vector<uint64_t> reach(layout->size(), kNotAnAddress);
+    for (size_t i = 0; i < nodes.size(); ++i) {
+      layout->Store(i, nodes[i].args, nodes[i].global, nodes[i].local, values);
+      for (size_t a = 0; a < nodes[i].args.size(); ++a)
+        if (nodes[i].is_copy()) {
+          reach[layout->first(i) + a] = nodes[i].copy_bytes;
+        } else if (nodes[i].kernel->signature().params[a].kind == ParamKind::kBuffer) {
+          reach[layout->first(i) + a] = 0;
+        }
+    }
     const uint64_t id = next_id_++;
     graphs_.insert_or_assign(id, GraphState{std::move(*graph), *std::move(layout), std::move(values),
-                                            std::vector<bool>(nodes.size(), false)});
+                                            std::vector<bool>(nodes.size(), false), std::move(reach)});
     reply.set_value(id);
     return absl::OkStatus();
   }
@@ -273,18 +318,30 @@ absl::Status ContextServer::RunGraphCommand(const Request& request, Reply& reply
   const auto& indexes = launch.update_indexes();
   const auto& values = launch.update_values();
   // Every value is checked before any is set: a launch that does not fit changes nothing.
+  auto check = [&](size_t index, uint64_t value) {
+    if (g.reach[index] == kNotAnAddress) return absl::OkStatus();
+    absl::Status s = everyone_.CheckInside(value, g.reach[index]);
+    if (s.ok()) return s;
+    const size_t node = g.layout.node_of(index);
+    return absl::OutOfRangeError(
+        absl::StrCat("executor: argument ", index - g.layout.first(node), " of node ", node, ": ", s.message()));
+  };
   updated_nodes_.clear();
   if (launch.all()) {
     if (!indexes.empty() || static_cast<size_t>(values.size()) != g.values.size())
       return absl::InvalidArgumentError(
           absl::StrCat("executor: ", values.size(), " values for a graph of ", g.values.size()));
+    for (size_t i = 0; i < g.values.size(); ++i)
+      if (absl::Status s = check(i, values[static_cast<int>(i)]); !s.ok()) return s;
     std::copy(values.begin(), values.end(), g.values.begin());
     for (size_t node = 0; node < g.layout.nodes(); ++node) updated_nodes_.push_back(node);
   } else {
     if (indexes.size() != values.size()) return absl::InvalidArgumentError("executor: updates without their values");
-    for (uint32_t index : indexes)
-      if (index >= g.values.size())
-        return absl::InvalidArgumentError(absl::StrCat("executor: an update of value ", index, " does not fit"));
+    for (int i = 0; i < indexes.size(); ++i) {
+      if (indexes[i] >= g.values.size())
+        return absl::InvalidArgumentError(absl::StrCat("executor: an update of value ", indexes[i], " does not fit"));
+      if (absl::Status s = check(indexes[i], values[i]); !s.ok()) return s;
+    }
     for (int i = 0; i < indexes.size(); ++i) {
       g.values[indexes[i]] = values[i];
       const size_t node = g.layout.node_of(indexes[i]);

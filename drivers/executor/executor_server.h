@@ -40,10 +40,26 @@ bool Serve(Channel& channel, Handle handle, Stop stop);
 // One context of `device` on its own channel. `socket` is the executor's: the memfd of
 // an allocate_shared command comes over it just before the command (the daemon sends one
 // such pair at a time).
+// The allocations of every context of an executor. Contexts that share an address space
+// may use each other's buffers and device graphs (Context::address_space), so an address
+// a kernel or a copy is given is checked against all of them. Thread-safe.
+class Allocations {
+ public:
+  void Add(const Allocation& a) ABSL_LOCKS_EXCLUDED(mu_);
+  void Remove(uint64_t address) ABSL_LOCKS_EXCLUDED(mu_);
+  // OK when [address, address + bytes) lies inside one allocation; OUT_OF_RANGE otherwise.
+  absl::Status CheckInside(uint64_t address, uint64_t bytes) const ABSL_LOCKS_EXCLUDED(mu_);
+
+ private:
+  mutable absl::Mutex mu_;
+  std::map<uint64_t, uint64_t> bytes_ ABSL_GUARDED_BY(mu_);  // by address
+};
+
 class ContextServer {
  public:
-  ContextServer(const Device& device, std::unique_ptr<Context> context, int socket)
-      : device_(device), context_(std::move(context)), socket_(socket) {}
+  // `everyone` holds the allocations of the executor's every context, this one's included.
+  ContextServer(const Device& device, std::unique_ptr<Context> context, int socket, Allocations& everyone)
+      : device_(device), context_(std::move(context)), socket_(socket), everyone_(everyone) {}
   ~ContextServer();
 
   // Runs one command; `done` is set by close_context. A failure after which the process
@@ -56,13 +72,20 @@ class ContextServer {
     GraphValues layout;
     std::vector<uint64_t> values;  // every value, as the launches so far set it
     std::vector<bool> updated;     // per node: set by the launch being read
+    // Per value: the bytes from it that must lie inside one allocation (a copy
+    // node's addresses: its copy's; a kernel's buffer argument: 0, the address itself),
+    // or kNotAnAddress.
+    std::vector<uint64_t> reach;
   };
+  static constexpr uint64_t kNotAnAddress = ~uint64_t{0};
   absl::Status Run(const Request& request, std::span<uint8_t> data, Reply& reply);
   absl::Status RunGraphCommand(const Request& request, Reply& reply);
   // The allocation made here at exactly `region`, with [offset, offset + bytes) inside it.
   absl::StatusOr<Allocation> FindAllocation(const Region& region, uint64_t offset, uint64_t bytes) const;
-  // OK when [address, address + bytes) lies inside one allocation made here.
-  absl::Status CheckInside(uint64_t address, uint64_t bytes) const;
+  // OK when every buffer argument of `kernel` lies inside one allocation of the executor
+  // (at its start, or its end for an empty view). The daemon checks every view against its
+  // allocations first; this makes a wrong address from it a refusal, not a fault.
+  absl::Status CheckBufferArgs(const Kernel& kernel, std::span<const ArgValue> args) const;
   absl::StatusOr<const Kernel*> FindKernel(uint64_t id) const;
 
   // The memfd that came with an allocate_shared command, as an allocation of the context.
@@ -71,8 +94,9 @@ class ContextServer {
   const Device& device_;
   std::unique_ptr<Context> context_;
   const int socket_;
+  Allocations& everyone_;
   uint64_t next_id_ = 1;
-  std::map<uint64_t, Allocation> allocations_;  // by address
+  std::map<uint64_t, Allocation> allocations_;  // made here, by address
   std::map<uint64_t, std::unique_ptr<Kernel>> kernels_;
   std::map<uint64_t, GraphState> graphs_;
   std::vector<ArgValue> update_args_;  // one node update's, reused
@@ -101,6 +125,7 @@ class ExecutorServer {
   Channel& control_;
   const int socket_;
   Device& device_;
+  Allocations allocations_;     // of every context
   bool told_unpinned_ = false;  // that a channel could not be page-locked
   absl::Mutex threads_mu_;
   // Waiting threads not yet given a context, and what they are given.

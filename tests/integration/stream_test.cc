@@ -193,7 +193,10 @@ TEST_P(StreamTest, MoreThanTheWindowOutstandingAllCompleteInOrder) {
     futures.push_back(s->ReplayAsync(*g, {&*x, 1 + i % 3}));  // blocks past 4 outstanding
     expect = expect * 2 + 1 + i % 3;
   }
-  for (auto& f : futures) ASSERT_TRUE(f.get().ok());
+  for (auto& f : futures) {
+    absl::StatusOr<ReplayResult> r = f.get();
+    ASSERT_TRUE(r.ok()) << r.status();
+  }
   EXPECT_EQ((*s->ReadVector<int64_t>(*x, 1))[0], expect);
 }
 

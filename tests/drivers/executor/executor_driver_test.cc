@@ -291,10 +291,63 @@ TEST_F(ExecutorDriverTest, LaunchesAndDeviceGraphsRunInTheExecutor) {
   c->Free(y);
 }
 
-// A launch without wait whose updates the executor refuses part-way (a copy node's
-// address in no allocation, the first node it updates) leaves the next node's update
-// unapplied there: the daemon then sends every value at the next launch, so the graph is
-// again what the engine last set.
+// The executor runs no kernel on a buffer address outside its allocations (those of all
+// its contexts: contexts that share an address space may use each other's buffers),
+// eager or in a graph: a wrong address from the daemon (none, a freed buffer's, past an
+// allocation's end) is refused with OUT_OF_RANGE, and the executor, the graph and the
+// buffers are as they were. (A kernel node's buffer arguments may be placeholders when the
+// graph is built; each launch's are checked.)
+TEST_F(ExecutorDriverTest, AKernelArgumentOutsideTheExecutorsAllocationsIsRefused) {
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<Context> c, device_->OpenContext({"a"}));
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<Context> other, device_->OpenContext({"a"}));
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<Kernel> k,
+                       Build(*device_, *c, "void add(float *x, int v) { x[0] += (float)v; }", "add", Sig({kInout, kInt})));
+  ASSERT_OK_AND_ASSIGN(Allocation x, c->Allocate(8));
+  ASSERT_OK_AND_ASSIGN(Allocation theirs, other->Allocate(8));  // the same executor, another context
+  ASSERT_OK_AND_ASSIGN(Allocation freed, c->Allocate(64));
+  c->Free(freed);
+  const float zero[2] = {0, 0};
+  ASSERT_OK(c->Write(x, 0, {reinterpret_cast<const uint8_t*>(zero), 8}));
+  ASSERT_OK(other->Write(theirs, 0, {reinterpret_cast<const uint8_t*>(zero), 8}));
+  auto args = [](uint64_t address, int64_t v) {
+    std::vector<ArgValue> a(2);
+    a[0].address = address;
+    a[1].integer = v;
+    return a;
+  };
+  for (uint64_t wrong : {uint64_t{0}, uint64_t{64}, x.address + 9, freed.address}) {
+    absl::StatusOr<std::optional<absl::Duration>> refused = c->Launch(*k, args(wrong, 1), {1, 1, 1}, {1, 1, 1}, true);
+    EXPECT_EQ(refused.status().code(), absl::StatusCode::kOutOfRange) << "0x" << std::hex << wrong;
+    EXPECT_THAT(std::string(refused.status().message()), HasSubstr("not inside an allocation"));
+  }
+  ASSERT_OK(c->Launch(*k, args(x.address + 4, 1), {1, 1, 1}, {1, 1, 1}, true).status());  // x[1] = 1
+  ASSERT_OK(c->Launch(*k, args(theirs.address, 5), {1, 1, 1}, {1, 1, 1}, true).status());  // theirs[0] = 5
+  std::vector<GraphNode> nodes(1);
+  nodes[0] = {k.get(), args(0, 2), {1, 1, 1}, {1, 1, 1}, 0};  // a placeholder until the first launch
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<DeviceGraph> g, c->Instantiate(nodes, {}));
+  ASSERT_OK(g->Update(0, args(x.address, 2), {1, 1, 1}, {1, 1, 1}));
+  ASSERT_OK(g->Launch(true).status());  // x[0] = 2
+  ASSERT_OK(g->Update(0, args(freed.address, 2), {1, 1, 1}, {1, 1, 1}));
+  absl::StatusOr<std::optional<absl::Duration>> refused = g->Launch(true);
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kOutOfRange);
+  EXPECT_THAT(std::string(refused.status().message()), HasSubstr("not inside an allocation"));
+  ASSERT_OK(g->Update(0, args(x.address, 2), {1, 1, 1}, {1, 1, 1}));
+  ASSERT_OK(g->Launch(true).status());  // x[0] = 4
+  float got[2], their[2];
+  ASSERT_OK(c->Read(x, 0, {reinterpret_cast<uint8_t*>(got), 8}));
+  ASSERT_OK(other->Read(theirs, 0, {reinterpret_cast<uint8_t*>(their), 8}));
+  EXPECT_EQ(got[0], 4.0f);
+  EXPECT_EQ(got[1], 1.0f);
+  EXPECT_EQ(their[0], 5.0f);
+  g.reset();
+  k.reset();
+  c->Free(x);
+  other->Free(theirs);
+}
+
+// A launch without wait whose updates the executor refuses (a copy node's address in no
+// allocation) leaves the other node's update unapplied there too: the daemon then sends
+// every value at the next launch, so the graph is again what the engine last set.
 TEST_F(ExecutorDriverTest, AfterAGraphLaunchRefusedPartWayTheNextSendsTheWholeGraph) {
   ASSERT_OK_AND_ASSIGN(std::unique_ptr<Context> c, device_->OpenContext({"a"}));
   ASSERT_OK_AND_ASSIGN(std::unique_ptr<Kernel> k,
@@ -351,7 +404,8 @@ TEST(ContextServerTest, AGraphLaunchThatDoesNotFitIsRefusedAndChangesNothing) {
   cpu.threads = 1;
   CpuDevice device(cpu);
   ASSERT_OK_AND_ASSIGN(std::unique_ptr<Context> context, device.OpenContext({"a", Isolation::kShared}));
-  ContextServer server(device, std::move(context), -1);
+  Allocations allocations;
+  ContextServer server(device, std::move(context), -1, allocations);
   bool done = false;
   std::vector<uint8_t> data(64);
   auto run = [&](const Request& r) { return server.Handle(r, data, done); };
@@ -395,7 +449,17 @@ TEST(ContextServerTest, AGraphLaunchThatDoesNotFitIsRefusedAndChangesNothing) {
   EXPECT_EQ(launch({0, 1}, {z.value()}).code(), kInvalid) << "an index without its value";
   EXPECT_EQ(launch({}, std::vector<uint64_t>(7, 1), true).code(), kInvalid) << "7 values for 8";
   EXPECT_EQ(launch({0}, std::vector<uint64_t>(8, 1), true).code(), kInvalid) << "indexes with the whole graph";
-  // None of those set value 0 (the destination): the copy still lands in y, not z.
+  // An address is checked against the allocations made here for the bytes its copy
+  // reaches, before any value is set.
+  const int kOutOfRange = static_cast<int>(absl::StatusCode::kOutOfRange);
+  EXPECT_EQ(launch({1, 0}, {z.value(), 64}).code(), kOutOfRange) << "a good source, then a destination in nothing";
+  EXPECT_EQ(launch({0}, {y.value() + 8}).code(), kOutOfRange) << "16 bytes from the middle of a 16-byte allocation";
+  std::vector<uint64_t> whole(8, 1);
+  whole[0] = y.value();
+  whole[1] = x.value() + 1;
+  EXPECT_EQ(launch({}, whole, true).code(), kOutOfRange) << "a whole graph whose source runs past its allocation";
+  // None of those set value 0 (the destination) or 1 (the source): the copy still goes
+  // from x to y.
   const Reply ran = launch({}, {});
   ASSERT_EQ(ran.code(), 0) << ran.message();
   ASSERT_EQ(transfer(false, z.value()), 0);
