@@ -165,6 +165,9 @@ class FaultMatrixTest : public DaemonFixture {
                         << TenantText("prod", "prod-token", "  isolation: ISOLATION_PROCESS\n");
     Options options;
     options.tenants_file = file;
+    // No linger: research's executors end with its sessions, so the daemon comes back to
+    // its baseline at once.
+    options.adjust = [](DaemonOptions& d) { d.executor_linger = absl::ZeroDuration(); };
     Start(options);
     research_ = std::make_unique<Client>(As("research-token"));
     prod_ = std::make_unique<Client>(As("prod-token"));

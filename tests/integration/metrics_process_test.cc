@@ -309,6 +309,7 @@ TEST_F(MetricsProcessTest, SharedBuffersAreCountedWhileTheyLive) {
     EXPECT_EQ(back, std::vector<float>(1 << 18, 2.5f));
   }
   EXPECT_TRUE(absl::StrContains(Scrape(), none)) << Scrape();
+  EXPECT_OK(session.Close());  // or the daemon's drain waits for it
   EXPECT_EQ(daemon_->Stop(), 0);
 }
 
