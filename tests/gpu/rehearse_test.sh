@@ -6,7 +6,8 @@
 # must not be spent finding: every step runs within the budget, every gtest filter
 # matches the tests it names (the fault cases one each), the cpu:0 cases of the device
 # suite pass from the pack (the executors and the compiler cage find their programs and
-# libraries), the footprint is sampled, and the results have every section.
+# libraries), the footprint is sampled, and the results have every section; and that
+# REPLAYD_GPU_STEPS and REPLAYD_GPU_SECONDS do what they say.
 #   rehearse_test.sh BUILD_DIR FAKE_CUDA_DIR       (exit 77: skipped, no patchelf)
 set -uo pipefail
 build_dir=$(cd "$1" && pwd) fake_cuda=$(cd "$2" && pwd)
@@ -63,6 +64,24 @@ grep -q 'replayd-executor: at most 523 MiB' "$logs/footprint" || fail "the demo'
 grep -q '^Host: .*GPU: Fake GPU' "$results" || fail "the results do not name the GPU"
 sections=$(grep -c '^## ' "$results")
 [ "$sections" -eq 13 ] || fail "the results have $sections sections, not 13"
+# REPLAYD_GPU_STEPS runs only the steps it names; a budget too small for any step runs
+# none, says so, and still writes the results.
+fake_run() {  # fake_run LOGS RESULTS [VAR=VALUE...]: run.sh from the pack against the fakes
+  local logs=$1 results=$2
+  shift 2
+  env PATH="$dir/bin:$PATH" LD_LIBRARY_PATH="$fake_cuda" REPLAYD_PACK="$dir/pack" REPLAYD_GPU_LOGS="$logs" \
+    REPLAYD_GPU_RESULTS="$results" "$@" bash tests/gpu/run.sh 2>/dev/null
+}
+fake_run "$dir/only" "$dir/only.md" REPLAYD_GPU_STEPS="gpu bench_cpu" ||
+  fail "REPLAYD_GPU_STEPS='gpu bench_cpu': run.sh failed"
+ran=$(cd "$dir/only" && ls -- *.rc 2>/dev/null | tr '\n' ' ')
+[ "$ran" = "bench_cpu.rc gpu.rc " ] || fail "REPLAYD_GPU_STEPS='gpu bench_cpu' ran: $ran"
+grep -q '^## Device suite.* — not run$' "$dir/only.md" || fail "a step not chosen is not shown as not run"
+if fake_run "$dir/spent" "$dir/spent.md" REPLAYD_GPU_SECONDS=20; then fail "run.sh passed with no step run"; fi
+grep -q 'NOT RUN: out of time' "$dir/spent/gpu.rc" 2>/dev/null || fail "with 20 s the gpu step ran"
+[ ! -s "$dir/spent/suite" ] || fail "with 20 s the suite ran"
+grep -q '^## Device suite.* — NOT RUN: out of time$' "$dir/spent.md" || fail "the results do not say the suite was not run"
+
 if [ "$failures" -ne 0 ]; then
   echo "--- run.sh's own output"
   cat "$dir/run.err"
