@@ -21,14 +21,13 @@ absl::Status DeviceMemory::ReserveWithoutReclaim(absl::string_view device, uint6
 absl::Status DeviceMemory::Reserve(absl::string_view device, uint64_t bytes) {
   absl::Status s = ReserveWithoutReclaim(device, bytes);
   if (s.code() != absl::StatusCode::kResourceExhausted || bytes > total_) return s;
-  Reclaimer reclaimer;
   {
-    absl::MutexLock lock(&reclaimer_mu_);
-    reclaimer = reclaimer_;
+    // Held while the reclaimer runs, so that its owner cannot clear it and go meanwhile.
+    absl::ReaderMutexLock lock(&reclaimer_mu_);
+    if (!reclaimer_) return s;
+    const uint64_t available = free();  // others may have freed or taken some since
+    if (available < bytes && !reclaimer_(bytes - available)) return s;
   }
-  if (!reclaimer) return s;
-  const uint64_t available = free();  // others may have freed or taken some since
-  if (available < bytes && !reclaimer(bytes - available)) return s;
   return ReserveWithoutReclaim(device, bytes);
 }
 

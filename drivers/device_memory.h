@@ -43,7 +43,8 @@ class DeviceMemory {
   absl::Status ReserveWithoutReclaim(absl::string_view device, uint64_t bytes);
   void Release(uint64_t bytes) { in_use_.fetch_sub(bytes); }
 
-  // Sets the reclaimer (null: none). Its owner sets null before it goes.
+  // Sets the reclaimer (null: none), once no call of the one before is running. Its
+  // owner sets null before it goes.
   void set_reclaimer(Reclaimer reclaimer);
 
  private:

@@ -2,8 +2,12 @@
 
 #include <gmock/gmock.h>
 
+#include <atomic>
 #include <thread>
 #include <vector>
+
+#include "absl/synchronization/notification.h"
+#include "absl/time/clock.h"
 
 namespace replayd {
 namespace {
@@ -62,6 +66,31 @@ TEST(DeviceMemoryTest, AReservationShortOfRoomAsksTheReclaimerForWhatIsMissing) 
   memory.set_reclaimer(nullptr);
   EXPECT_EQ(memory.Reserve("d", 51).code(), absl::StatusCode::kResourceExhausted);
   EXPECT_EQ(asked.size(), 2u);
+}
+
+// Clearing the reclaimer waits for a call of it that is running: its owner may go once
+// set_reclaimer(nullptr) has returned.
+TEST(DeviceMemoryTest, ClearingTheReclaimerWaitsForItsRunningCall) {
+  DeviceMemory memory(1000);
+  ASSERT_TRUE(memory.Reserve("d", 1000).ok());
+  std::atomic<bool> called{false}, finished{false};
+  absl::Notification go_on;
+  memory.set_reclaimer([&](uint64_t) {
+    called = true;
+    go_on.WaitForNotification();
+    finished = true;
+    return false;
+  });
+  std::thread reserving([&] { EXPECT_EQ(memory.Reserve("d", 1).code(), absl::StatusCode::kResourceExhausted); });
+  while (!called) absl::SleepFor(absl::Milliseconds(1));
+  std::thread clearing([&] {
+    memory.set_reclaimer(nullptr);
+    EXPECT_TRUE(finished) << "the reclaimer was cleared while it ran";
+  });
+  absl::SleepFor(absl::Milliseconds(50));  // time for a clear that does not wait to return
+  go_on.Notify();
+  clearing.join();
+  reserving.join();
 }
 
 TEST(DeviceMemoryTest, ConcurrentReservationsNeverExceedTheTotal) {
