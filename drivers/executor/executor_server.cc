@@ -204,7 +204,7 @@ absl::Status ContextServer::Run(const Request& request, std::span<uint8_t> data,
     }
     case Request::kCopy: {
       // The engine names the views' ranges as allocations of their own, so each range
-      // need only lie inside one allocation of this context.
+      // need only lie inside one allocation of the executor.
       const CopyCommand& cp = request.copy();
       const uint64_t dst = cp.dst().address() + cp.dst_offset(), src = cp.src().address() + cp.src_offset();
       if (absl::Status s = everyone_.CheckInside(dst, cp.bytes()); !s.ok()) return s;

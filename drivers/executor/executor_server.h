@@ -37,9 +37,6 @@ namespace replayd::executor {
 template <typename Handle, typename Stop>
 bool Serve(Channel& channel, Handle handle, Stop stop);
 
-// One context of `device` on its own channel. `socket` is the executor's: the memfd of
-// an allocate_shared command comes over it just before the command (the daemon sends one
-// such pair at a time).
 // The allocations of every context of an executor. Contexts that share an address space
 // may use each other's buffers and device graphs (Context::address_space), so an address
 // a kernel or a copy is given is checked against all of them. Thread-safe.
@@ -55,6 +52,9 @@ class Allocations {
   std::map<uint64_t, uint64_t> bytes_ ABSL_GUARDED_BY(mu_);  // by address
 };
 
+// One context of `device` on its own channel. `socket` is the executor's: the memfd of
+// an allocate_shared command comes over it just before the command (the daemon sends one
+// such pair at a time).
 class ContextServer {
  public:
   // `everyone` holds the allocations of the executor's every context, this one's included.

@@ -29,10 +29,15 @@ EOF
 chmod +x "$dir/bin/nvidia-smi"
 
 BUILD_DIR=$build_dir bash tests/gpu/pack.sh "$dir/pack" >/dev/null || { echo "FAIL: pack.sh"; exit 1; }
+fake_run() {  # fake_run LOGS RESULTS [VAR=VALUE...]: run.sh from the pack against the fakes
+  local logs=$1 results=$2
+  shift 2
+  env PATH="$dir/bin:$PATH" LD_LIBRARY_PATH="$fake_cuda" REPLAYD_PACK="$dir/pack" REPLAYD_GPU_LOGS="$logs" \
+    REPLAYD_GPU_RESULTS="$results" "$@" bash tests/gpu/run.sh 2>>"$dir/run.err"
+}
 logs=$dir/logs results=$dir/RESULTS.md
 # The pack named relatively, as on a lent machine (REPLAYD_PACK=gpu-pack).
-PATH="$dir/bin:$PATH" LD_LIBRARY_PATH="$fake_cuda" REPLAYD_PACK=$(realpath --relative-to=. "$dir/pack") REPLAYD_GPU_LOGS="$logs" \
-  REPLAYD_GPU_RESULTS="$results" REPLAYD_GPU_SECONDS=400 bash tests/gpu/run.sh 2>"$dir/run.err"
+fake_run "$logs" "$results" REPLAYD_PACK="$(realpath --relative-to=. "$dir/pack")" REPLAYD_GPU_SECONDS=400
 echo "run.sh exited $? (the fake runs no kernels: failures of CUDA cases are expected)"
 
 failures=0
@@ -66,12 +71,6 @@ sections=$(grep -c '^## ' "$results")
 [ "$sections" -eq 13 ] || fail "the results have $sections sections, not 13"
 # REPLAYD_GPU_STEPS runs only the steps it names; a budget too small for any step runs
 # none, says so, and still writes the results.
-fake_run() {  # fake_run LOGS RESULTS [VAR=VALUE...]: run.sh from the pack against the fakes
-  local logs=$1 results=$2
-  shift 2
-  env PATH="$dir/bin:$PATH" LD_LIBRARY_PATH="$fake_cuda" REPLAYD_PACK="$dir/pack" REPLAYD_GPU_LOGS="$logs" \
-    REPLAYD_GPU_RESULTS="$results" "$@" bash tests/gpu/run.sh 2>/dev/null
-}
 fake_run "$dir/only" "$dir/only.md" REPLAYD_GPU_STEPS="gpu bench_cpu" ||
   fail "REPLAYD_GPU_STEPS='gpu bench_cpu': run.sh failed"
 ran=$(cd "$dir/only" && ls -- *.rc 2>/dev/null | tr '\n' ' ')
