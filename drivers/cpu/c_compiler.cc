@@ -12,6 +12,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <iterator>
 
 #include "absl/cleanup/cleanup.h"
 #include "absl/container/flat_hash_map.h"
@@ -35,7 +36,9 @@ constexpr size_t kMaxOutput = 64 * 1024;
 // diagnostics name the program as the client knows it.
 constexpr char kSourceName[] = "program.c";
 constexpr char kPreprocessedName[] = "program.i";
-constexpr char kObjectName[] = "program.so";
+constexpr char kAssemblyName[] = "program.s";
+constexpr char kAssemblerReadsName[] = "program.as.d";  // the assembler's --MD list
+constexpr char kSharedObjectName[] = "program.so";
 // Names the preprocessor gives to what is no file.
 constexpr absl::string_view kPseudoFiles[] = {"<built-in>", "<command-line>"};
 
@@ -93,13 +96,26 @@ std::optional<MarkedFile> LineMarkerFile(absl::string_view line) {
   return file;
 }
 
+// Whether the file a step of the compile named `name` (relative to `work`, where the
+// compiler runs) is one of `own` (the compile's own files, canonical) or lies beneath one
+// of `include_dirs`, after `..` and symbolic links are resolved; a name that does not
+// resolve to an existing file is not.
+bool IsHarmless(const std::string& name, const std::filesystem::path& work,
+                const std::vector<std::filesystem::path>& own,
+                const std::vector<std::filesystem::path>& include_dirs) {
+  std::error_code ec;
+  const std::filesystem::path path = std::filesystem::canonical(work / name, ec);
+  if (ec) return false;
+  return std::find(own.begin(), own.end(), path) != own.end() ||
+         std::any_of(include_dirs.begin(), include_dirs.end(), [&](const auto& dir) { return IsBeneath(path, dir); });
+}
+
 // The first file that the preprocessed output at `preprocessed` (its line markers) names
-// and that is neither `source` nor beneath one of `include_dirs`, as the preprocessor
-// named it; nullopt when there is none. A relative name is taken from `work`, where the
-// compiler runs; a name that does not resolve to an existing file counts as outside.
+// and that is not harmless (IsHarmless), as the preprocessor named it; nullopt when
+// there is none.
 absl::StatusOr<std::optional<std::string>> FirstFileOutside(
     const std::filesystem::path& preprocessed, const std::filesystem::path& work,
-    const std::filesystem::path& source, const std::vector<std::filesystem::path>& include_dirs) {
+    const std::vector<std::filesystem::path>& own, const std::vector<std::filesystem::path>& include_dirs) {
   std::ifstream in(preprocessed, std::ios::binary);
   if (!in) return absl::InternalError(absl::StrCat("cannot read ", preprocessed.string()));
   absl::flat_hash_map<std::string, bool> inside;  // by name as marked
@@ -111,15 +127,76 @@ absl::StatusOr<std::optional<std::string>> FirstFileOutside(
     const std::string& name = marked->name;
     if (std::find(std::begin(kPseudoFiles), std::end(kPseudoFiles), name) != std::end(kPseudoFiles)) continue;
     auto [it, fresh] = inside.try_emplace(name, false);
-    if (fresh) {
-      std::error_code ec;
-      const std::filesystem::path path = std::filesystem::canonical(work / name, ec);
-      it->second = !ec && (path == source || std::any_of(include_dirs.begin(), include_dirs.end(),
-                                                         [&](const auto& dir) { return IsBeneath(path, dir); }));
-    }
+    if (fresh) it->second = IsHarmless(name, work, own, include_dirs);
     if (!it->second) return name;
   }
   return std::nullopt;
+}
+
+// The files named by a make rule as GNU as writes one for --MD (`target: file file \`,
+// continued over lines): white space separates names, and a space or tab preceded by
+// 2N+1 backslashes is N backslashes and that character; `$$` is `$`. A name holding a
+// newline (which as does not quote) comes back in pieces, each of which is checked.
+std::vector<std::string> MakeRuleFiles(absl::string_view rule) {
+  std::vector<std::string> files;
+  std::string name;
+  bool target = true;  // the first name, up to its colon, is what was built
+  auto end_name = [&] {
+    if (!name.empty() && !target) files.push_back(name);
+    name.clear();
+  };
+  for (size_t i = 0; i < rule.size(); ++i) {
+    const char c = rule[i];
+    if (c == '\\') {
+      size_t run = 0;
+      while (i + run < rule.size() && rule[i + run] == '\\') ++run;
+      const char next = i + run < rule.size() ? rule[i + run] : '\0';
+      if (next == '\n') {  // a continuation: the backslash before it is no name's
+        name.append(run - 1, '\\');
+        i += run;
+        end_name();
+      } else if (next == ' ' || next == '\t') {
+        name.append(run / 2, '\\');
+        if (run % 2 == 1) name += next;
+        i += run;
+        if (run % 2 == 0) end_name();
+      } else {
+        name.append(run, '\\');
+        i += run - 1;
+      }
+    } else if (c == '$' && i + 1 < rule.size() && rule[i + 1] == '$') {
+      name += '$';
+      ++i;
+    } else if (c == ' ' || c == '\t' || c == '\n' || c == '\r') {
+      end_name();
+    } else if (target && c == ':' && (i + 1 == rule.size() || rule[i + 1] == ' ' || rule[i + 1] == '\n')) {
+      name.clear();
+      target = false;
+    } else {
+      name += c;
+    }
+  }
+  end_name();
+  return files;
+}
+
+// The assembler's diagnostics as far as they are about the program: its assembly, or its
+// source, to which the compiler's line markers around inline assembly attribute the
+// lines. A line about any other file (one an `.include` entered) could quote that file,
+// so it is left out and counted.
+std::string AssemblerDiagnostics(absl::string_view output) {
+  std::string shown;
+  int withheld = 0;
+  for (absl::string_view line : absl::StrSplit(output, '\n', absl::SkipEmpty())) {
+    if (absl::StartsWith(line, absl::StrCat(kAssemblyName, ":")) ||
+        absl::StartsWith(line, absl::StrCat(kSourceName, ":"))) {
+      absl::StrAppend(&shown, line, "\n");
+    } else {
+      ++withheld;
+    }
+  }
+  if (withheld > 0) absl::StrAppend(&shown, "(", withheld, withheld == 1 ? " line" : " lines", " about other files withheld)\n");
+  return shown;
 }
 
 // Removes the work directory's path from the compiler's diagnostics: the client knows
@@ -246,7 +323,7 @@ CCompiler::CCompiler(CCompilerOptions options)
   }
   if (!options_.cage.empty() && !LandlockAvailable())
     spdlog::warn("this kernel has no Landlock: the cpu-c compiler is not confined to the system headers "
-                 "(the dependency check, its work directory and its limits still apply)");
+                 "(the dependency and assembler checks, its work directory and its limits still apply)");
 }
 
 absl::StatusOr<std::vector<std::filesystem::path>> CCompiler::IncludeDirectories(absl::Time deadline) const {
@@ -337,30 +414,37 @@ absl::Status CCompiler::Compile(const ProgramSource& source,
     return absl::InvalidArgumentError(
         absl::StrCat("cpu-c compile of ", source.entry, " failed:\n", Diagnostics(diagnostics, work)));
   };
+  auto outside = [&](absl::string_view what, const std::string& name) {
+    absl::string_view shown = name;
+    absl::ConsumePrefix(&shown, absl::StrCat(work.string(), "/"));
+    return absl::InvalidArgumentError(absl::StrCat(what, " a file outside the system headers: \"", Echo(shown), "\""));
+  };
+  // One run of the compiler in its cage, within what is left of the time limit.
+  auto step = [&](std::vector<std::string> args) -> absl::StatusOr<ProcessResult> {
+    run.time_limit = deadline - absl::Now();
+    absl::StatusOr<ProcessResult> ran = RunProcess(Caged(work, *include_dirs, std::move(args)), run);
+    if (!ran.ok()) return ran.status();
+    if (ran->timed_out) return exceeded();
+    if (ran->exit_code == kCageFailed && !options_.cage.empty())
+      return absl::InternalError(absl::StrCat("cpu-c compiler cage failed: ", EchoLog(ran->output)));
+    return ran;
+  };
+  std::error_code ec;
+  std::vector<std::filesystem::path> own = {std::filesystem::canonical(c_file, ec)};
 
   // The dependency check: the preprocessor alone, with the same options, its output
   // (whose line markers name every file it entered) kept in the work directory and its
   // diagnostics shown only once every file it entered is known to be harmless to quote.
   std::vector<std::string> preprocess = argv;
   preprocess.insert(preprocess.end(), {"-E", kSourceName});
-  run.time_limit = deadline - absl::Now();
   run.output_file = work / kPreprocessedName;
-  absl::StatusOr<ProcessResult> deps = RunProcess(Caged(work, *include_dirs, preprocess), run);
+  absl::StatusOr<ProcessResult> deps = step(std::move(preprocess));
+  run.output_file.clear();
   if (!deps.ok()) return deps.status();
-  if (deps->timed_out) return exceeded();
-  if (deps->exit_code == kCageFailed && !options_.cage.empty())
-    return absl::InternalError(absl::StrCat("cpu-c compiler cage failed: ", EchoLog(deps->output)));
-  std::error_code ec;
-  const std::filesystem::path canonical_source = std::filesystem::canonical(c_file, ec);
-  absl::StatusOr<std::optional<std::string>> outside =
-      FirstFileOutside(run.output_file, work, canonical_source, *include_dirs);
-  if (!outside.ok()) return outside.status();
-  if (*outside) {
-    absl::string_view name = **outside;
-    absl::ConsumePrefix(&name, absl::StrCat(work.string(), "/"));
-    return absl::InvalidArgumentError(
-        absl::StrCat("cpu-c program includes a file outside the system headers: \"", Echo(name), "\""));
-  }
+  absl::StatusOr<std::optional<std::string>> included =
+      FirstFileOutside(work / kPreprocessedName, work, own, *include_dirs);
+  if (!included.ok()) return included.status();
+  if (*included) return outside("cpu-c program includes", **included);
   // Exit status 1 is the compiler's for errors in the program; anything else (a signal,
   // an internal error) may have cut its output short, so its diagnostics stay unread.
   if (deps->exit_code == 1) return failed(deps->output);
@@ -368,19 +452,39 @@ absl::Status CCompiler::Compile(const ProgramSource& source,
     return absl::InvalidArgumentError(absl::StrCat("cpu-c compile of ", source.entry,
                                                    " failed: the preprocessor ended abnormally (status ",
                                                    deps->exit_code, ")"));
-  std::filesystem::remove(run.output_file, ec);
+  std::filesystem::remove(work / kPreprocessedName, ec);
 
+  // The program into assembly: the compiler proper reads what the preprocessor read.
   std::vector<std::string> compile = argv;
-  compile.insert(compile.end(), {"-o", kObjectName, kSourceName, "-lm"});
-  run.time_limit = deadline - absl::Now();
-  run.output_file.clear();
-  absl::StatusOr<ProcessResult> built = RunProcess(Caged(work, *include_dirs, compile), run);
+  compile.insert(compile.end(), {"-S", "-o", kAssemblyName, kSourceName});
+  absl::StatusOr<ProcessResult> compiled = step(std::move(compile));
+  if (!compiled.ok()) return compiled.status();
+  if (compiled->exit_code != 0) return failed(compiled->output);
+
+  // The assembly into the shared object, with the assembler's own list of every file it
+  // read (`.include`, `.incbin`, however a macro spells them), which it writes only when
+  // it succeeds. Without the list the assembler failed, and only its lines about the
+  // program are shown; with it, the list is checked like the preprocessor's before
+  // anything is shown (the linker prints a `.gnu.warning` section's bytes) or kept. This
+  // holds without Landlock too. No linker plugin: nothing in the object starts a program.
+  absl::StatusOr<ProcessResult> built =
+      step({compiler_path_, "-shared", "-pthread", "-fno-use-linker-plugin",
+            absl::StrCat("-Wa,--MD,", kAssemblerReadsName), "-o", kSharedObjectName, kAssemblyName, "-lm"});
   if (!built.ok()) return built.status();
-  if (built->timed_out) return exceeded();
-  if (built->exit_code == kCageFailed && !options_.cage.empty())
-    return absl::InternalError(absl::StrCat("cpu-c compiler cage failed: ", EchoLog(built->output)));
+  std::ifstream reads_file(work / kAssemblerReadsName, std::ios::binary);
+  if (!reads_file) {
+    if (built->exit_code != 0) return failed(AssemblerDiagnostics(built->output));
+    return absl::InternalError("the assembler listed no file it read (--MD): the assembly cannot be checked");
+  }
+  const std::string reads((std::istreambuf_iterator<char>(reads_file)), std::istreambuf_iterator<char>());
+  const std::vector<std::string> read_files = MakeRuleFiles(reads);
+  if (read_files.empty())
+    return absl::InternalError("the assembler listed no file it read (--MD): the assembly cannot be checked");
+  own.push_back(std::filesystem::canonical(work / kAssemblyName, ec));
+  for (const std::string& name : read_files)
+    if (!IsHarmless(name, work, own, *include_dirs)) return outside("cpu-c program's assembly reads", name);
   if (built->exit_code != 0) return failed(built->output);
-  std::filesystem::rename(work / kObjectName, output, ec);
+  std::filesystem::rename(work / kSharedObjectName, output, ec);
   if (ec) return absl::InternalError(absl::StrCat("cannot move the shared object to ", output.string(), ": ", ec.message()));
   return absl::OkStatus();
 }

@@ -14,16 +14,21 @@
 //   as the program wrote it and never quoting it; the preprocessor's diagnostics are
 //   shown only when every file it entered passed. This works on any kernel, and covers
 //   what the preprocessor reads;
-// - with a cage (CCompilerOptions::cage, replayd-cc: drivers/cpu/cc_main.cc), both runs
-//   of the compiler are confined by Landlock to reading the toolchain and the include
-//   directories and writing the work directory, so neither an assembler directive
-//   (`.incbin`, `.include`) nor a subverted compiler reaches any other file; it also
-//   bounds the compiler's memory and refuses it network sockets. Where the kernel has no
-//   Landlock the cage applies the rest, and the constructor logs that the compiler is not
-//   confined.
-// What stays visible either way: whether a path exists (__has_include); without Landlock
-// also a file's modification time against the program's (#pragma GCC dependency) and
-// what an assembler directive reads.
+// - an assembler check: the compile runs in two steps (the program into assembly, the
+//   assembly into the shared object), and the assembler's own list of every file it read
+//   (--MD: `.incbin`, `.include`, however a macro spells them) is checked like the
+//   preprocessor's before anything is shown or kept. When the assembler fails, only its
+//   lines about the program are shown (an `.include`d file's lines would be quoted).
+//   This works on any kernel too;
+// - with a cage (CCompilerOptions::cage, replayd-cc: drivers/cpu/cc_main.cc), every run
+//   of the compiler is confined by Landlock to reading the toolchain and the include
+//   directories and writing the work directory, so neither an assembler directive nor a
+//   subverted compiler reaches any other file; it also bounds the compiler's memory and
+//   refuses it network sockets. Where the kernel has no Landlock the cage applies the
+//   rest, and the constructor logs that the compiler is not confined.
+// What stays visible either way: whether a path exists (__has_include, an assembler's
+// "can't open") and a file's size (`.incbin` past its end); without Landlock also a
+// file's modification time against the program's (#pragma GCC dependency).
 #ifndef REPLAYD_DRIVERS_CPU_C_COMPILER_H_
 #define REPLAYD_DRIVERS_CPU_C_COMPILER_H_
 
@@ -43,7 +48,7 @@ namespace replayd {
 
 struct CCompilerOptions {
   std::string compiler = "cc";  // looked up in the daemon's PATH once
-  absl::Duration time_limit = absl::Seconds(30);  // for the whole compile, both runs
+  absl::Duration time_limit = absl::Seconds(30);  // for the whole compile, every run
   // The cage program (replayd-cc) each run of the compiler starts in. Empty: the
   // compiler runs without Landlock (library use); the dependency check, the work
   // directory and the environment apply either way. The daemon always sets it. A
@@ -71,7 +76,7 @@ class CCompiler {
   // Compiles `source` into a shared object at `output`, by way of a work directory
   // beside it. INVALID_ARGUMENT with the compiler's diagnostics on a compile error or a
   // rejected option, or naming (as the program wrote it, never quoting it) the first file
-  // the program includes outside the system headers; DEADLINE_EXCEEDED past the time
+  // the program includes, or its assembly reads, outside the system headers; DEADLINE_EXCEEDED past the time
   // limit (the compiler is killed); INTERNAL when the compiler or its cage cannot be
   // started. Thread-safe.
   absl::Status Compile(const ProgramSource& source,

@@ -1,5 +1,5 @@
 // The cpu-c compiler's containment with the real compiler and real files: the dependency
-// check (with and without the cage), the cage itself, the work directory and the
+// and assembler checks (with and without the cage), the cage itself, the work directory and the
 // environment.
 #include "drivers/cpu/c_compiler.h"
 
@@ -45,8 +45,8 @@ std::filesystem::path FakeCompiler(const std::filesystem::path& dir, const std::
   return script;
 }
 
-// Each case runs without the cage (the dependency check alone, as on a kernel without
-// Landlock) and in it.
+// Each case runs without the cage (the dependency and assembler checks alone, as on a
+// kernel without Landlock) and in it.
 class CCompilerContainmentTest : public ::testing::TestWithParam<bool> {
  protected:
   CCompilerContainmentTest() {
@@ -101,18 +101,76 @@ TEST_P(CCompilerContainmentTest, IncludesOutsideTheSystemHeadersAreRefusedWithou
   }
 }
 
-TEST_P(CCompilerContainmentTest, AssemblerDirectivesCannotReadOtherFilesInTheCage) {
-  if (!GetParam()) GTEST_SKIP() << "without the cage the dependency check covers the preprocessor only";
-  if (!LandlockAvailable()) GTEST_SKIP() << "this kernel has no Landlock: the cage cannot confine file access";
-  const std::string passwd = FirstLine("/etc/passwd");
-  for (std::string directive : {".incbin", ".include"}) {
-    absl::Status st = Compile("__asm__(\"" + directive + " \\\"/etc/passwd\\\"\");\nvoid k(void) {}");
-    EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument) << directive << ": " << st;
-    if (!passwd.empty()) {
-      EXPECT_THAT(std::string(st.message()), Not(HasSubstr(passwd))) << directive;
+// Inline assembly as C source writes it: `lines` inside __asm__("..."), each quote and
+// backslash escaped.
+std::string InlineAssembly(const std::string& lines) {
+  std::string escaped;
+  for (char c : lines) {
+    if (c == '"' || c == '\\') escaped += '\\';
+    if (c == '\n') {
+      escaped += "\\n";
+    } else {
+      escaped += c;
     }
   }
-  EXPECT_TRUE(Entries(out_.path()).empty());
+  return "__asm__(\"" + escaped + "\");\nvoid k(void) {}";
+}
+
+// The assembler's own list of what it read is checked like the preprocessor's, so this
+// holds without Landlock (uncaged) as in the cage, which refuses the read itself.
+TEST_P(CCompilerContainmentTest, AssemblerDirectivesCannotReadOtherFiles) {
+  const std::filesystem::path spaced = secrets_.path() / "a dir$ with space";
+  std::filesystem::create_directory(spaced);
+  std::ofstream(spaced / "secret.s") << kSecret << "\n";
+  const std::string secret = (secrets_.path() / "secret.h").string();
+  const std::string passwd = FirstLine("/etc/passwd");
+  struct Case {
+    std::string assembly;
+    std::string named;  // the file an uncaged refusal names; empty where as fails first
+  };
+  for (const Case& c : std::vector<Case>{
+           {".incbin \"/etc/passwd\"", "/etc/passwd"},
+           {".incbin \"../../../../../../../../etc/hostname\"", "../../../../../../../../etc/hostname"},
+           {".incbin \"" + secret + "\"", secret},
+           {".incbin \"" + (spaced / "secret.s").string() + "\"", (spaced / "secret.s").string()},
+           // a directive spelled by a macro, which no scan of the assembly would see
+           {".macro m d\n.\\d \"" + secret + "\"\n.endm\nm incbin", secret},
+           // the linker would print this section's bytes as a warning
+           {".section .gnu.warning.k\n.incbin \"" + secret + "\"\n.text", secret},
+           // as assembles the included lines and its errors quote them
+           {".include \"/etc/passwd\"", ""},
+           {".include \"" + secret + "\"", ""},
+       }) {
+    absl::Status st = Compile(InlineAssembly(c.assembly));
+    EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument) << c.assembly << "\n" << st;
+    const std::string message(st.message());
+    EXPECT_THAT(message, Not(HasSubstr(kSecret))) << c.assembly;
+    EXPECT_THAT(message, Not(HasSubstr("unterminated"))) << c.assembly;  // secret.h's first line
+    if (!passwd.empty()) {
+      EXPECT_THAT(message, Not(HasSubstr(passwd))) << c.assembly;
+    }
+    if (!GetParam() && !c.named.empty()) {
+      EXPECT_EQ(message, "cpu-c program's assembly reads a file outside the system headers: \"" + c.named + "\"");
+    }
+    EXPECT_TRUE(Entries(out_.path()).empty()) << c.assembly;
+  }
+}
+
+TEST_P(CCompilerContainmentTest, InlineAssemblyStillWorksAndItsErrorsAreShown) {
+  EXPECT_OK(Compile(InlineAssembly(".section .rodata\n.globl replayd_seven\nreplayd_seven: .quad 7\n.text")));
+  EXPECT_OK(Compile(InlineAssembly(".section .rodata\n.incbin \"/usr/include/stdint.h\"\n.text")));
+  // At file scope the assembler names the line of program.s; inside a function the
+  // compiler's line markers make it name the line of program.c.
+  absl::Status bad = Compile(InlineAssembly("no_such_instruction %eax"));
+  EXPECT_EQ(bad.code(), absl::StatusCode::kInvalidArgument) << bad;
+  EXPECT_THAT(std::string(bad.message()), HasSubstr("program.s:"));
+  EXPECT_THAT(std::string(bad.message()), HasSubstr("no_such_instruction"));
+  EXPECT_THAT(std::string(bad.message()), Not(HasSubstr("withheld")));
+  EXPECT_THAT(std::string(bad.message()), Not(HasSubstr(out_.path().string())));
+  absl::Status in_function = Compile("void k(void) {\n  __asm__(\"another_bad_instruction\");\n}");
+  EXPECT_EQ(in_function.code(), absl::StatusCode::kInvalidArgument) << in_function;
+  EXPECT_THAT(std::string(in_function.message()), HasSubstr("program.c:2: Error: no such instruction"));
+  EXPECT_THAT(std::string(in_function.message()), Not(HasSubstr("withheld")));
 }
 
 TEST_P(CCompilerContainmentTest, OnlyTheProgramIsNamedWhenTheCheckRefusesIt) {
