@@ -39,8 +39,8 @@ constexpr char kPreprocessedName[] = "program.i";
 constexpr char kAssemblyName[] = "program.s";
 constexpr char kAssemblerReadsName[] = "program.as.d";  // the assembler's --MD list
 constexpr char kSharedObjectName[] = "program.so";
-// Names the preprocessor gives to what is no file.
-constexpr absl::string_view kPseudoFiles[] = {"<built-in>", "<command-line>"};
+// Names the preprocessor gives to what is no file: GCC's, then clang's.
+constexpr absl::string_view kPseudoFiles[] = {"<built-in>", "<command-line>", "<command line>", "<scratch space>"};
 
 // The environment every run of the compiler gets, whatever the daemon's.
 std::vector<std::string> CompilerEnvironment(const std::filesystem::path& work) {
@@ -326,9 +326,9 @@ CCompiler::CCompiler(CCompilerOptions options)
                  "(the dependency and assembler checks, its work directory and its limits still apply)");
 }
 
-absl::StatusOr<std::vector<std::filesystem::path>> CCompiler::IncludeDirectories(absl::Time deadline) const {
+absl::StatusOr<CCompiler::Toolchain> CCompiler::AskToolchain(absl::Time deadline) const {
   absl::MutexLock lock(&mu_);
-  if (include_dirs_) return *include_dirs_;
+  if (toolchain_) return *toolchain_;
   ProcessOptions run;
   run.time_limit = deadline - absl::Now();
   run.environment = CompilerEnvironment({});
@@ -340,10 +340,12 @@ absl::StatusOr<std::vector<std::filesystem::path>> CCompiler::IncludeDirectories
   if (asked->exit_code != 0)
     return absl::InternalError(absl::StrCat(options_.compiler, " -E -v failed:\n", EchoLog(asked->output)));
   // Between "#include ... search starts here:" and "End of search list.", one directory
-  // a line, each indented by a space.
-  std::vector<std::filesystem::path> dirs;
+  // a line, each indented by a space. Clang names itself ("Debian clang version 16.0.6").
+  Toolchain toolchain;
+  std::vector<std::filesystem::path>& dirs = toolchain.include_dirs;
   bool listing = false;
   for (absl::string_view line : absl::StrSplit(asked->output, '\n')) {
+    if (!listing && absl::StrContains(line, "clang version")) toolchain.clang = true;
     if (absl::StartsWith(line, "#include ")) {
       listing = true;
     } else if (absl::StartsWith(line, "End of search list.")) {
@@ -357,8 +359,8 @@ absl::StatusOr<std::vector<std::filesystem::path>> CCompiler::IncludeDirectories
   if (dirs.empty())
     return absl::InternalError(absl::StrCat(options_.compiler, " -E -v lists no include directory:\n",
                                             EchoLog(asked->output)));
-  include_dirs_ = dirs;
-  return dirs;
+  toolchain_ = toolchain;
+  return toolchain;
 }
 
 std::vector<std::string> CCompiler::Caged(const std::filesystem::path& work,
@@ -397,8 +399,9 @@ absl::Status CCompiler::Compile(const ProgramSource& source,
     out << source.code << GenerateTrampoline(source.entry, source.signature);
     if (!out) return absl::InternalError(absl::StrCat("cannot write ", c_file.string()));
   }
-  absl::StatusOr<std::vector<std::filesystem::path>> include_dirs = IncludeDirectories(deadline);
-  if (!include_dirs.ok()) return include_dirs.status();
+  absl::StatusOr<Toolchain> toolchain = AskToolchain(deadline);
+  if (!toolchain.ok()) return toolchain.status();
+  const std::vector<std::filesystem::path>& include_dirs = toolchain->include_dirs;
 
   std::vector<std::string> argv = {compiler_path_, "-std=gnu11", kOptimization, "-fPIC",
                                    "-shared", "-pthread", "-fvisibility=hidden",
@@ -422,7 +425,7 @@ absl::Status CCompiler::Compile(const ProgramSource& source,
   // One run of the compiler in its cage, within what is left of the time limit.
   auto step = [&](std::vector<std::string> args) -> absl::StatusOr<ProcessResult> {
     run.time_limit = deadline - absl::Now();
-    absl::StatusOr<ProcessResult> ran = RunProcess(Caged(work, *include_dirs, std::move(args)), run);
+    absl::StatusOr<ProcessResult> ran = RunProcess(Caged(work, include_dirs, std::move(args)), run);
     if (!ran.ok()) return ran.status();
     if (ran->timed_out) return exceeded();
     if (ran->exit_code == kCageFailed && !options_.cage.empty())
@@ -442,7 +445,7 @@ absl::Status CCompiler::Compile(const ProgramSource& source,
   run.output_file.clear();
   if (!deps.ok()) return deps.status();
   absl::StatusOr<std::optional<std::string>> included =
-      FirstFileOutside(work / kPreprocessedName, work, own, *include_dirs);
+      FirstFileOutside(work / kPreprocessedName, work, own, include_dirs);
   if (!included.ok()) return included.status();
   if (*included) return outside("cpu-c program includes", **included);
   // Exit status 1 is the compiler's for errors in the program; anything else (a signal,
@@ -456,6 +459,7 @@ absl::Status CCompiler::Compile(const ProgramSource& source,
 
   // The program into assembly: the compiler proper reads what the preprocessor read.
   std::vector<std::string> compile = argv;
+  if (toolchain->clang) compile.push_back("-fno-integrated-as");
   compile.insert(compile.end(), {"-S", "-o", kAssemblyName, kSourceName});
   absl::StatusOr<ProcessResult> compiled = step(std::move(compile));
   if (!compiled.ok()) return compiled.status();
@@ -466,10 +470,12 @@ absl::Status CCompiler::Compile(const ProgramSource& source,
   // it succeeds. Without the list the assembler failed, and only its lines about the
   // program are shown; with it, the list is checked like the preprocessor's before
   // anything is shown (the linker prints a `.gnu.warning` section's bytes) or kept. This
-  // holds without Landlock too. No linker plugin: nothing in the object starts a program.
-  absl::StatusOr<ProcessResult> built =
-      step({compiler_path_, "-shared", "-pthread", "-fno-use-linker-plugin",
-            absl::StrCat("-Wa,--MD,", kAssemblerReadsName), "-o", kSharedObjectName, kAssemblyName, "-lm"});
+  // holds without Landlock too. No linker plugin (GCC's): nothing in the object starts a
+  // program.
+  std::vector<std::string> build = {compiler_path_, "-shared", "-pthread",
+                                    toolchain->clang ? "-fno-integrated-as" : "-fno-use-linker-plugin"};
+  build.insert(build.end(), {absl::StrCat("-Wa,--MD,", kAssemblerReadsName), "-o", kSharedObjectName, kAssemblyName, "-lm"});
+  absl::StatusOr<ProcessResult> built = step(std::move(build));
   if (!built.ok()) return built.status();
   std::ifstream reads_file(work / kAssemblerReadsName, std::ios::binary);
   if (!reads_file) {
@@ -482,7 +488,7 @@ absl::Status CCompiler::Compile(const ProgramSource& source,
     return absl::InternalError("the assembler listed no file it read (--MD): the assembly cannot be checked");
   own.push_back(std::filesystem::canonical(work / kAssemblyName, ec));
   for (const std::string& name : read_files)
-    if (!IsHarmless(name, work, own, *include_dirs)) return outside("cpu-c program's assembly reads", name);
+    if (!IsHarmless(name, work, own, include_dirs)) return outside("cpu-c program's assembly reads", name);
   if (built->exit_code != 0) return failed(built->output);
   std::filesystem::rename(work / kSharedObjectName, output, ec);
   if (ec) return absl::InternalError(absl::StrCat("cannot move the shared object to ", output.string(), ": ", ec.message()));

@@ -91,9 +91,15 @@ class CCompiler {
   static absl::Status CheckOptions(const std::vector<std::string>& options);
 
  private:
-  // The compiler's system include directories, resolved; asked of it once (a failure is
-  // not remembered).
-  absl::StatusOr<std::vector<std::filesystem::path>> IncludeDirectories(absl::Time deadline) const;
+  // What the compiler says of itself (`cc -E -v`), asked once (a failure is not
+  // remembered).
+  struct Toolchain {
+    std::vector<std::filesystem::path> include_dirs;  // its system include directories, resolved
+    // Clang, not GCC: it is told to use the system's assembler (GNU as), whose --MD list
+    // the assembler check reads (clang's own keeps none), and has no linker plugin.
+    bool clang = false;
+  };
+  absl::StatusOr<Toolchain> AskToolchain(absl::Time deadline) const;
   // `argv` as run for a compile in `work`: inside the cage when there is one.
   std::vector<std::string> Caged(const std::filesystem::path& work,
                                  const std::vector<std::filesystem::path>& include_dirs,
@@ -102,7 +108,7 @@ class CCompiler {
   CCompilerOptions options_;
   std::string compiler_path_;  // options_.compiler found in PATH
   mutable absl::Mutex mu_;
-  mutable std::optional<std::vector<std::filesystem::path>> include_dirs_ ABSL_GUARDED_BY(mu_);
+  mutable std::optional<Toolchain> toolchain_ ABSL_GUARDED_BY(mu_);
 };
 
 struct ProcessOptions {

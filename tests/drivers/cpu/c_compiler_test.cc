@@ -5,6 +5,7 @@
 
 #include <gmock/gmock.h>
 #include <stdlib.h>
+#include <unistd.h>
 
 #include <fstream>
 #include <iterator>
@@ -171,6 +172,34 @@ TEST_P(CCompilerContainmentTest, InlineAssemblyStillWorksAndItsErrorsAreShown) {
   EXPECT_EQ(in_function.code(), absl::StatusCode::kInvalidArgument) << in_function;
   EXPECT_THAT(std::string(in_function.message()), HasSubstr("program.c:2: Error: no such instruction"));
   EXPECT_THAT(std::string(in_function.message()), Not(HasSubstr("withheld")));
+}
+
+// `--cpu_cc=clang`: clang names its preprocessor's pseudo-files its own way ("<command
+// line>"), and its own assembler keeps no list of what it read, so it is told to use the
+// system's; programs compile, and the check holds the same.
+TEST(CCompilerClangTest, TheAssemblerCheckHoldsWithClang) {
+  std::string clang;
+  for (const char* candidate : {"/usr/bin/clang", "/usr/bin/clang-16", "/usr/bin/clang-14"})
+    if (clang.empty() && access(candidate, X_OK) == 0) clang = candidate;
+  if (clang.empty()) GTEST_SKIP() << "no clang in /usr/bin";
+  TempDir out;
+  for (bool caged : {false, true}) {
+    CCompilerOptions options{clang, absl::Seconds(30), {}};
+    if (caged) options.cage = testing::CcBinary();
+    const CCompiler compiler(options);
+    EXPECT_OK(compiler.Compile({"cpu-c", InlineAssembly(".section .rodata\nreplayd_seven: .quad 7\n.text"), "k", {}, {}},
+                               out.path() / "k.so"))
+        << (caged ? "caged" : "uncaged");
+    EXPECT_TRUE(std::filesystem::exists(out.path() / "k.so"));
+    std::filesystem::remove(out.path() / "k.so");
+    absl::Status st = compiler.Compile({"cpu-c", InlineAssembly(".incbin \"/etc/passwd\""), "k", {}, {}},
+                                       out.path() / "k.so");
+    EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument) << st;
+    if (!caged) {
+      EXPECT_EQ(st.message(), "cpu-c program's assembly reads a file outside the system headers: \"/etc/passwd\"");
+    }
+    EXPECT_TRUE(Entries(out.path()).empty());
+  }
 }
 
 TEST_P(CCompilerContainmentTest, OnlyTheProgramIsNamedWhenTheCheckRefusesIt) {
