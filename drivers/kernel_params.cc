@@ -3,11 +3,8 @@
 #include <cstring>
 
 namespace replayd {
-namespace {
 
-size_t SizeOf(ParamKind kind) { return kind == ParamKind::kInt32 ? 4 : 8; }
-
-}  // namespace
+size_t KernelParams::SizeOf(ParamKind kind) { return kind == ParamKind::kInt32 ? 4 : 8; }
 
 void KernelParams::Layout(const Signature& signature) {
   kinds_.clear();

@@ -21,6 +21,10 @@ class KernelParams {
   KernelParams(const KernelParams&) = delete;  // pointers() points into this object
   KernelParams& operator=(const KernelParams&) = delete;
 
+  // The bytes an argument of `kind` takes: 8 for a buffer's address and an int64, 4 for
+  // an int32.
+  static size_t SizeOf(ParamKind kind);
+
   // Lays the block out for `signature`, zeroed, reusing the storage it has: an eager
   // launch packs into one thread's KernelParams without allocating once it has grown.
   void Layout(const Signature& signature);

@@ -7,6 +7,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "absl/synchronization/mutex.h"
 #include "drivers/cuda/cuda_library.h"
 #include "drivers/cuda/cuda_program.h"
@@ -209,6 +210,19 @@ class CudaKernel : public Kernel {
   const CUfunction function_;
   const Signature signature_;
 };
+
+// The sizes of the first `limit` parameters of `f` as its image lays them out
+// (cuFuncGetParamInfo), fewer when it has fewer.
+CUresult ParamSizes(const CudaLibrary& cu, CUfunction f, size_t limit, std::vector<size_t>* sizes) {
+  for (size_t i = 0; i < limit; ++i) {
+    size_t offset = 0, size = 0;
+    const CUresult r = cu.cuFuncGetParamInfo(f, i, &offset, &size);
+    if (r == CUDA_ERROR_INVALID_VALUE) break;  // past the last
+    if (r != CUDA_SUCCESS) return r;
+    sizes->push_back(size);
+  }
+  return CUDA_SUCCESS;
+}
 
 // Fills the launch fields of a kernel node from a node's function, dimensions and packed
 // arguments.
@@ -552,6 +566,25 @@ absl::StatusOr<std::unique_ptr<Kernel>> CudaContext::Load(const ProgramSource& s
       return absl::InvalidArgumentError(
           absl::StrCat(source.format, " program has no kernel named ", module_artifact->entry));
     return Check(r, "cuModuleGetFunction");
+  }
+  // The driver reads one pointer per parameter the kernel takes, and each parameter's
+  // bytes through it, whatever the signature says: a kernel that takes more or larger
+  // parameters than declared would have it read past the packed arguments.
+  std::vector<size_t> declared, taken;
+  for (const Param& p : source.signature.params) declared.push_back(KernelParams::SizeOf(p.kind));
+  r = ParamSizes(cu, function, declared.size() + 1, &taken);
+  if (r != CUDA_SUCCESS || taken != declared) {
+    cu.cuModuleUnload(module);
+    if (r != CUDA_SUCCESS) return Check(r, "cuFuncGetParamInfo");
+    auto list = [](const std::vector<size_t>& sizes) {
+      if (sizes.empty()) return std::string("no parameters");
+      return absl::StrCat(sizes.size(), sizes.size() == 1 ? " parameter (" : " parameters (", absl::StrJoin(sizes, ", "),
+                          " bytes)");
+    };
+    const std::string takes =
+        taken.size() > declared.size() ? absl::StrCat("more than ", declared.size(), " parameters") : list(taken);
+    return absl::InvalidArgumentError(absl::StrCat(source.format, " kernel ", module_artifact->entry, " takes ", takes,
+                                                   "; its signature declares ", list(declared)));
   }
   return std::make_unique<CudaKernel>(this, module, function, source.signature);
 }

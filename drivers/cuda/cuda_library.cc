@@ -87,6 +87,7 @@ absl::StatusOr<std::unique_ptr<CudaLibrary>> CudaLibrary::Load() {
   REPLAYD_RESOLVE(cuModuleLoadDataEx)
   REPLAYD_RESOLVE(cuModuleUnload)
   REPLAYD_RESOLVE(cuModuleGetFunction)
+  REPLAYD_RESOLVE(cuFuncGetParamInfo)
   REPLAYD_RESOLVE(cuLaunchKernel)
   REPLAYD_RESOLVE(cuEventCreate)
   REPLAYD_RESOLVE(cuEventDestroy)

@@ -7,6 +7,7 @@
 #include <random>
 #include <thread>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_split.h"
 #include "tests/integration/daemon_fixture.h"
 #include "tests/support/graph_def.h"
@@ -464,6 +465,25 @@ TEST_P(DeviceTest, ABrokenProgramReturnsItsDiagnostics) {
   auto p = session_->Load(broken);
   ASSERT_EQ(p.status().code(), absl::StatusCode::kInvalidArgument) << p.status();
   EXPECT_THAT(std::string(p.status().message()), HasSubstr(kernels_.diagnostic));
+  // The session goes on.
+  ASSERT_OK_AND_ASSIGN(Program add, session_->Load(kernels_.add));
+  EXPECT_NE(add.handle(), 0u);
+}
+
+// A signature that leaves out a parameter the kernel takes is refused at Load, before
+// anything is launched with too few arguments: on CUDA the driver's own list of the
+// kernel's parameters (cuFuncGetParamInfo) says so; cpu-c's entry trampoline does not
+// compile. HIP has no such list.
+TEST_P(DeviceTest, ASignatureShortOfTheKernelsParametersIsRefused) {
+  if (absl::StartsWith(GetParam().format, "hip")) GTEST_SKIP() << "HIP cannot list a kernel's parameters";
+  ProgramSpec short_of_one = kernels_.add;
+  short_of_one.signature.mutable_params()->RemoveLast();
+  auto p = session_->Load(short_of_one);
+  EXPECT_EQ(p.status().code(), absl::StatusCode::kInvalidArgument) << p.status();
+  if (absl::StartsWith(GetParam().format, "cuda")) {
+    EXPECT_THAT(std::string(p.status().message()),
+                HasSubstr("takes more than 3 parameters; its signature declares 3 parameters (8, 8, 8 bytes)"));
+  }
   // The session goes on.
   ASSERT_OK_AND_ASSIGN(Program add, session_->Load(kernels_.add));
   EXPECT_NE(add.handle(), 0u);

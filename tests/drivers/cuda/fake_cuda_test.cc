@@ -251,6 +251,40 @@ TEST_F(FakeCudaDriverTest, PinnedHostMemoryIsCopiedStraightAndUnregisteredWithIt
 // The fake itself, through the entry points the driver resolves: cuCtxCreate pushes, and
 // a memcpy node must lie in live allocations of its context, at creation and when
 // retargeted, as the driver demands.
+// The fake reads a kernel's parameters from its PTX as the driver lays them out
+// (cuFuncGetParamInfo), and a launch without the arguments they need is refused.
+TEST_F(FakeCudaDriverTest, AKernelsParametersAreReadFromItsImage) {
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<CudaLibrary> cu, CudaLibrary::Load());
+  CUcontext ctx = nullptr;
+  ASSERT_EQ(cu->cuCtxCreate(&ctx, nullptr, 0, 0), CUDA_SUCCESS);
+  const std::string ptx =
+      ".version 8.0\n.target sm_90\n.address_size 64\n"
+      ".visible .entry k(\n\t.param .u64 .ptr .global .align 1 k_param_0,\n\t.param .u32 k_param_1,\n"
+      "\t.param .align 16 .b8 k_param_2[24],\n\t.param .u16 k_param_3\n)\n{\n\tret;\n}\n";
+  CUmodule module = nullptr;
+  ASSERT_EQ(cu->cuModuleLoadDataEx(&module, ptx.c_str(), 0, nullptr, nullptr), CUDA_SUCCESS);
+  CUfunction f = nullptr;
+  ASSERT_EQ(cu->cuModuleGetFunction(&f, module, "k"), CUDA_SUCCESS);
+  const std::pair<size_t, size_t> expected[] = {{0, 8}, {8, 4}, {16, 24}, {40, 2}};
+  for (size_t i = 0; i < 4; ++i) {
+    size_t offset = 99, size = 99;
+    EXPECT_EQ(cu->cuFuncGetParamInfo(f, i, &offset, &size), CUDA_SUCCESS) << i;
+    EXPECT_EQ(std::make_pair(offset, size), expected[i]) << i;
+  }
+  size_t offset = 0, size = 0;
+  EXPECT_EQ(cu->cuFuncGetParamInfo(f, 4, &offset, &size), CUDA_ERROR_INVALID_VALUE) << "past the last";
+  EXPECT_EQ(cu->cuLaunchKernel(f, 1, 1, 1, 1, 1, 1, 0, nullptr, nullptr, nullptr), CUDA_ERROR_INVALID_VALUE)
+      << "no arguments for a kernel that takes four";
+  uint64_t address = 0;
+  uint32_t n = 0;
+  uint8_t blob[24] = {};
+  uint16_t h = 0;
+  void* args[] = {&address, &n, blob, &h};
+  EXPECT_EQ(cu->cuLaunchKernel(f, 1, 1, 1, 1, 1, 1, 0, nullptr, args, nullptr), CUDA_SUCCESS);
+  EXPECT_EQ(cu->cuModuleUnload(module), CUDA_SUCCESS);
+  EXPECT_EQ(cu->cuCtxDestroy(ctx), CUDA_SUCCESS);
+}
+
 TEST_F(FakeCudaDriverTest, TheFakeRefusesAMemcpyNodeOffItsContextsAllocations) {
   ASSERT_OK_AND_ASSIGN(std::unique_ptr<CudaLibrary> cu, CudaLibrary::Load());
   void* fn = nullptr;
@@ -435,6 +469,40 @@ TEST_P(FakeCudaDaemonTest, ProgramsInEveryCudaFormatLoadLaunchAndReplay) {
     }
   }
   ExpectTheDaemonLeftNothing();
+}
+
+// The driver reads one argument per parameter the kernel takes, as many bytes as each
+// has: a signature that differs from the kernel's own parameters (read from the image
+// in every format) is refused at Load, before anything could be launched with it.
+TEST_P(FakeCudaDaemonTest, ASignatureThatDiffersFromTheKernelsParametersIsRefused) {
+  absl::StatusOr<std::unique_ptr<Nvrtc>> nvrtc = Nvrtc::Load();
+  if (!nvrtc.ok()) GTEST_SKIP() << "no NVRTC: " << nvrtc.status();
+  ASSERT_OK_AND_ASSIGN(NvrtcModule ptx, (*nvrtc)->Compile(kAddSourceCuda, "add", "sm_90", {}, NvrtcOutput::kPtx));
+  ASSERT_OK_AND_ASSIGN(NvrtcModule cubin, (*nvrtc)->Compile(kAddSourceCuda, "add", "sm_90", {}, NvrtcOutput::kCubin));
+  struct Wrong {
+    const char* signature;
+    const char* message;
+  };
+  for (const auto& [format, code] : std::vector<std::pair<std::string, std::string>>{
+           {"cuda-c", kAddSourceCuda}, {"cuda-ptx", ptx.image}, {"cuda-cubin", cubin.image}}) {
+    SCOPED_TRACE(format);
+    for (const Wrong& wrong : {
+             Wrong{"out,in,in", "takes more than 3 parameters; its signature declares 3 parameters (8, 8, 8 bytes)"},
+             Wrong{"out,in,in,int32,int32",
+                   "takes 4 parameters (8, 8, 8, 4 bytes); its signature declares 5 parameters (8, 8, 8, 4, 4 bytes)"},
+             Wrong{"out,in,in,int64",
+                   "takes 4 parameters (8, 8, 8, 4 bytes); its signature declares 4 parameters (8, 8, 8, 8 bytes)"},
+             Wrong{"", "takes more than 0 parameters; its signature declares no parameters"},
+         }) {
+      ASSERT_OK_AND_ASSIGN(v1::Signature signature, ParseSignature(wrong.signature));
+      auto refused = session_->Load(ProgramSpec{format, code, "add", signature, {}});
+      EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument) << wrong.signature << ": " << refused.status();
+      EXPECT_THAT(std::string(refused.status().message()), HasSubstr(format + " kernel add " + wrong.message))
+          << wrong.signature;
+    }
+    ASSERT_OK_AND_ASSIGN(v1::Signature right, ParseSignature("out,in,in,int32"));
+    EXPECT_OK(session_->Load(ProgramSpec{format, code, "add", right, {}}).status());
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Policies, FakeCudaDaemonTest, kPolicies, PolicyName);

@@ -23,6 +23,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <unordered_map>
@@ -46,9 +47,15 @@ struct CUevent_st {
   bool recorded = false;
   std::chrono::steady_clock::time_point at;
 };
+// A kernel parameter as the module's image lays it out.
+struct KernelParam {
+  size_t offset = 0;
+  size_t size = 0;
+};
 struct CUfunc_st {
   CUmodule module;
   std::string name;
+  std::vector<KernelParam> params;
 };
 struct CUmod_st {
   CUcontext ctx;
@@ -349,6 +356,148 @@ bool DefinesKernel(const std::string& image, const std::string& name) {
     if (end < image.size() && (image[end] == '(' || std::isspace(static_cast<unsigned char>(image[end])))) return true;
   }
   return false;
+}
+
+// The parameters of PTX kernel `name`, from its `.entry name(...)` list: each
+// `.param [.ptr .global .align N] .TYPE name[COUNT]`, laid out at its alignment.
+// Nullopt when the list cannot be read.
+std::optional<std::vector<KernelParam>> PtxParams(const std::string& image, const std::string& name) {
+  for (size_t at = image.find(".entry " + name); at != std::string::npos; at = image.find(".entry " + name, at + 1)) {
+    size_t i = at + 7 + name.size();
+    while (i < image.size() && std::isspace(static_cast<unsigned char>(image[i]))) ++i;
+    if (i >= image.size() || image[i] != '(') continue;
+    const size_t close = image.find(')', i);
+    if (close == std::string::npos) return std::nullopt;
+    std::vector<KernelParam> params;
+    size_t end = 0;
+    std::string_view list(image.data() + i + 1, close - i - 1);
+    while (!list.empty()) {
+      const size_t comma = list.find(',');
+      std::string_view decl = list.substr(0, comma);
+      list = comma == std::string_view::npos ? std::string_view() : list.substr(comma + 1);
+      size_t element = 0, align = 1, count = 1;
+      bool align_next = false;  // after .align, its number
+      std::string word;
+      auto take = [&](std::string_view w) {
+        if (w.empty()) return true;
+        if (w == ".param" || w == ".ptr" || w == ".global" || w == ".const" || w == ".shared" || w == ".local")
+          return true;
+        if (w == ".align") {
+          align_next = true;
+          return true;
+        }
+        if (align_next) {
+          align_next = false;
+          align = std::strtoul(std::string(w).c_str(), nullptr, 10);
+          return align > 0;
+        }
+        if (w[0] == '.' && element == 0) {
+          const std::string_view digits = w.substr(2);
+          const unsigned long bits = std::strtoul(std::string(digits).c_str(), nullptr, 10);
+          if (bits % 8 != 0 || bits == 0) return false;
+          element = bits / 8;
+          return true;
+        }
+        if (element == 0) return false;  // the name before the type
+        const size_t bracket = w.find('[');
+        if (bracket != std::string_view::npos) count = std::strtoul(std::string(w.substr(bracket + 1)).c_str(), nullptr, 10);
+        return count > 0;
+      };
+      for (char c : decl) {
+        if (std::isspace(static_cast<unsigned char>(c))) {
+          if (!take(word)) return std::nullopt;
+          word.clear();
+        } else {
+          word += c;
+        }
+      }
+      if (!take(word) || element == 0) return std::nullopt;
+      const size_t alignment = std::max<size_t>(align, element);
+      const size_t offset = (end + alignment - 1) / alignment * alignment;
+      params.push_back({offset, element * count});
+      end = offset + element * count;
+    }
+    return params;
+  }
+  return std::nullopt;
+}
+
+// The parameters of cubin kernel `name`, from its `.nv.info.<name>` section: records of
+// a format byte (3: a 2-byte value follows; 4: a 2-byte size, then that many bytes) and
+// an attribute byte. KPARAM_INFO (0x17) gives a parameter's ordinal and offset (2 bytes
+// each, after a 4-byte index) and its size (bits 18 and up of the next 4 bytes).
+// Nullopt when the section is missing or does not parse.
+std::optional<std::vector<KernelParam>> CubinParams(const std::string& image, const std::string& name) {
+  Elf64_Ehdr eh;
+  if (image.size() < sizeof eh) return std::nullopt;
+  std::memcpy(&eh, image.data(), sizeof eh);
+  if (eh.e_shentsize != sizeof(Elf64_Shdr) || eh.e_shoff > image.size() ||
+      uint64_t{eh.e_shnum} * sizeof(Elf64_Shdr) > image.size() - eh.e_shoff || eh.e_shstrndx >= eh.e_shnum)
+    return std::nullopt;
+  auto section = [&](size_t i) {
+    Elf64_Shdr sh;
+    std::memcpy(&sh, image.data() + eh.e_shoff + i * sizeof sh, sizeof sh);
+    return sh;
+  };
+  auto bytes = [&](const Elf64_Shdr& sh) -> std::optional<std::string_view> {
+    if (sh.sh_offset > image.size() || sh.sh_size > image.size() - sh.sh_offset) return std::nullopt;
+    return std::string_view(image.data() + sh.sh_offset, sh.sh_size);
+  };
+  const std::optional<std::string_view> names = bytes(section(eh.e_shstrndx));
+  if (!names) return std::nullopt;
+  const std::string wanted = ".nv.info." + name;
+  for (size_t i = 0; i < eh.e_shnum; ++i) {
+    const Elf64_Shdr sh = section(i);
+    if (sh.sh_name >= names->size() || names->substr(sh.sh_name).substr(0, wanted.size() + 1) != wanted + '\0')
+      continue;
+    const std::optional<std::string_view> info = bytes(sh);
+    if (!info) return std::nullopt;
+    std::map<uint16_t, KernelParam> by_ordinal;
+    for (size_t at = 0; at < info->size();) {
+      if (info->size() - at < 4) return std::nullopt;
+      const uint8_t format = (*info)[at], attribute = (*info)[at + 1];
+      uint16_t size = 0;
+      std::memcpy(&size, info->data() + at + 2, 2);
+      if (format == 3) {
+        at += 4;
+        continue;
+      }
+      if (format != 4 || info->size() - at - 4 < size) return std::nullopt;
+      if (attribute == 0x17) {
+        if (size < 12) return std::nullopt;
+        uint16_t ordinal = 0, offset = 0;
+        uint32_t packed = 0;
+        std::memcpy(&ordinal, info->data() + at + 8, 2);
+        std::memcpy(&offset, info->data() + at + 10, 2);
+        std::memcpy(&packed, info->data() + at + 12, 4);
+        by_ordinal[ordinal] = KernelParam{offset, packed >> 18};
+      }
+      at += 4 + size;
+    }
+    std::vector<KernelParam> params;
+    for (const auto& [ordinal, param] : by_ordinal) {
+      if (ordinal != params.size()) return std::nullopt;
+      params.push_back(param);
+    }
+    return params;
+  }
+  return std::nullopt;
+}
+
+// Reads what the driver reads of a launch's kernelParams: one pointer per parameter of
+// `f`, and each parameter's bytes through it. Too short an array, or a value shorter
+// than the parameter, is a read past its end (which a sanitized build reports).
+CUresult ReadParams(CUfunction f, void** params, void** extra) {
+  if (extra) return CUDA_SUCCESS;  // CheckLaunch has refused both at once
+  if (!f->params.empty() && !params) return CUDA_ERROR_INVALID_VALUE;
+  static volatile uint8_t sink;
+  for (size_t i = 0; i < f->params.size(); ++i) {
+    if (!params[i]) return CUDA_ERROR_INVALID_VALUE;
+    uint8_t value[4096];
+    std::memcpy(value, params[i], std::min(f->params[i].size, sizeof value));
+    sink = sink ^ value[0];
+  }
+  return CUDA_SUCCESS;
 }
 
 // Initialisation, version, errors and the device: none of these needs a context, so the
@@ -803,7 +952,9 @@ CUresult ModuleUnload(CUmodule module) {
   return call.released();
 }
 
-// CUDA_ERROR_NOT_FOUND unless the image defines the kernel; one handle per name.
+// CUDA_ERROR_NOT_FOUND unless the image defines the kernel; one handle per name. Its
+// parameters are read from the image (PtxParams, CubinParams): one the fake cannot read
+// is CUDA_ERROR_INVALID_PTX or CUDA_ERROR_INVALID_IMAGE.
 CUresult ModuleGetFunction(CUfunction* function, CUmodule module, const char* name) {
   Call call;
   if (CUresult r = call.blocked(); r != CUDA_SUCCESS) return r;
@@ -815,7 +966,11 @@ CUresult ModuleGetFunction(CUfunction* function, CUmodule module, const char* na
       return CUDA_SUCCESS;
     }
   if (!DefinesKernel(module->image, name)) return CUDA_ERROR_NOT_FOUND;
-  module->functions.push_back(std::make_unique<CUfunc_st>(CUfunc_st{module, name}));
+  const bool cubin = module->image.compare(0, SELFMAG, ELFMAG) == 0;
+  std::optional<std::vector<KernelParam>> params =
+      cubin ? CubinParams(module->image, name) : PtxParams(module->image, name);
+  if (!params) return cubin ? CUDA_ERROR_INVALID_IMAGE : CUDA_ERROR_INVALID_PTX;
+  module->functions.push_back(std::make_unique<CUfunc_st>(CUfunc_st{module, name, std::move(*params)}));
   *function = module->functions.back().get();
   call.s.functions.insert(*function);
   return CUDA_SUCCESS;
@@ -824,6 +979,17 @@ CUresult ModuleGetFunction(CUfunction* function, CUmodule module, const char* na
 // Checks the launch and runs nothing, except that a kernel named "fault" faults the
 // device. Like a real launch it returns before the kernel runs: the calls that follow
 // report the fault.
+// As the driver: CUDA_ERROR_INVALID_VALUE for an index past the last parameter.
+CUresult FuncGetParamInfo(CUfunction f, size_t index, size_t* offset, size_t* size) {
+  Call call;
+  if (CUresult r = call.blocked(); r != CUDA_SUCCESS) return r;
+  if (!f || !call.s.functions.count(f)) return CUDA_ERROR_INVALID_HANDLE;
+  if (!offset || index >= f->params.size()) return CUDA_ERROR_INVALID_VALUE;
+  *offset = f->params[index].offset;
+  if (size) *size = f->params[index].size;
+  return CUDA_SUCCESS;
+}
+
 CUresult LaunchKernel(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz,
                       unsigned shared_bytes, CUstream stream, void** params, void** extra) {
   Call call;
@@ -833,6 +999,7 @@ CUresult LaunchKernel(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsig
   const unsigned grid[3] = {gx, gy, gz}, block[3] = {bx, by, bz};
   if (CUresult r = CheckLaunch(call.s, f, grid, block, shared_bytes, params, extra); r != CUDA_SUCCESS) return r;
   if (f->module->ctx != ctx) return CUDA_ERROR_INVALID_CONTEXT;
+  if (CUresult r = ReadParams(f, params, extra); r != CUDA_SUCCESS) return r;
   if (f->name == "fault") call.s.faulted = true;
   return CUDA_SUCCESS;
 }
@@ -856,8 +1023,8 @@ CUresult GraphDestroy(CUgraph graph) {
   return call.released();
 }
 
-// The kernel's parameters are not read: kernels do not run. The fake takes a function
-// (func), not a library kernel (kern).
+// The kernel's parameters are read as the driver reads them (ReadParams). The fake takes
+// a function (func), not a library kernel (kern).
 CUresult GraphAddKernelNode(CUgraphNode* node, CUgraph graph, const CUgraphNode* deps, size_t n,
                             const CUDA_KERNEL_NODE_PARAMS* p) {
   Call call;
@@ -870,6 +1037,7 @@ CUresult GraphAddKernelNode(CUgraphNode* node, CUgraph graph, const CUgraphNode*
   if (CUresult r = CheckLaunch(call.s, p->func, grid, block, p->sharedMemBytes, p->kernelParams, p->extra);
       r != CUDA_SUCCESS)
     return r;
+  if (CUresult r = ReadParams(p->func, p->kernelParams, p->extra); r != CUDA_SUCCESS) return r;
   auto k = std::make_unique<CUgraphNode_st>();
   k->function = p->func;
   k->name = p->func->name;
@@ -943,6 +1111,7 @@ CUresult GraphExecKernelNodeSetParams(CUgraphExec exec, CUgraphNode node, const 
       r != CUDA_SUCCESS)
     return r;
   if (p->func->module->ctx != n->ctx) return CUDA_ERROR_INVALID_VALUE;
+  if (CUresult r = ReadParams(p->func, p->kernelParams, p->extra); r != CUDA_SUCCESS) return r;
   n->function = p->func;
   n->name = p->func->name;
   return CUDA_SUCCESS;
@@ -1027,6 +1196,7 @@ const std::pair<std::string_view, void*> kEntries[] = {
     FAKE_CUDA_ENTRY(cuModuleLoadDataEx, ModuleLoadDataEx),
     FAKE_CUDA_ENTRY(cuModuleUnload, ModuleUnload),
     FAKE_CUDA_ENTRY(cuModuleGetFunction, ModuleGetFunction),
+    FAKE_CUDA_ENTRY(cuFuncGetParamInfo, FuncGetParamInfo),
     FAKE_CUDA_ENTRY(cuLaunchKernel, LaunchKernel),
     FAKE_CUDA_ENTRY(cuEventCreate, EventCreate),
     FAKE_CUDA_ENTRY(cuEventDestroy, EventDestroy),

@@ -18,6 +18,10 @@
 //   freed since it was set. From then on every call of the library that involves a
 //   context, new contexts included, returns CUDA_ERROR_ILLEGAL_ADDRESS, as an H200 did
 //   after a kernel's illegal access; releases still release.
+// - a kernel's parameters are read from its image (a PTX .entry's list, a cubin's
+//   .nv.info section) and answered by cuFuncGetParamInfo; a launch, kernel node or node
+//   update reads one argument pointer per parameter and each parameter's bytes through
+//   it, as the driver does, and refuses missing ones;
 // - graph launches perform their memcpy nodes in node order.
 // - cuMemHostRegister refuses a range that overlaps one registered (or cuMemHostAlloc's
 //   memory), cuMemHostUnregister one it does not hold, and a context's end drops its
