@@ -6,7 +6,8 @@
 # must not be spent finding: every step runs within the budget, every gtest filter
 # matches the tests it names (the fault cases one each), the cpu:0 cases of the device
 # suite pass from the pack (the executors and the compiler cage find their programs and
-# libraries), the footprint is sampled, and the results have every section; and that
+# libraries), the demo's kernels load and replay up to its check of the logits, the
+# footprint is sampled, and the results have every section; and that
 # REPLAYD_GPU_STEPS and REPLAYD_GPU_SECONDS do what they say.
 #   rehearse_test.sh BUILD_DIR FAKE_CUDA_DIR       (exit 77: skipped, no patchelf)
 set -uo pipefail
@@ -66,6 +67,11 @@ for s in fault_executor fault_session fault_primary; do
   grep -qE '^\[==========\] 1 test from' "$logs/$s" || fail "$s: its filter does not name exactly one test"
 done
 grep -q 'replayd-executor: at most 523 MiB' "$logs/footprint" || fail "the demo's footprint was not sampled"
+# The fake runs no kernels, so the logits are wrong; but every kernel of the demo loads
+# (its signature is the kernel's own, as the fake reads it from the cubin), captures and
+# replays, up to the check of the logits.
+grep -q 'logits against the host reference' "$logs/demo" ||
+  fail "the demo did not reach its logits on the fake:"$'\n'"$(tail -3 "$logs/demo")"
 grep -q '^Host: .*GPU: Fake GPU' "$results" || fail "the results do not name the GPU"
 sections=$(grep -c '^## ' "$results")
 [ "$sections" -eq 13 ] || fail "the results have $sections sections, not 13"

@@ -423,8 +423,8 @@ std::optional<std::vector<KernelParam>> PtxParams(const std::string& image, cons
 }
 
 // The parameters of cubin kernel `name`, from its `.nv.info.<name>` section: records of
-// a format byte (3: a 2-byte value follows; 4: a 2-byte size, then that many bytes) and
-// an attribute byte. KPARAM_INFO (0x17) gives a parameter's ordinal and offset (2 bytes
+// a format byte (2 and 3: a 1- or 2-byte value in the record's 4 bytes; 4: a 2-byte size,
+// then that many bytes) and an attribute byte. KPARAM_INFO (0x17) gives a parameter's ordinal and offset (2 bytes
 // each, after a 4-byte index) and its size (bits 18 and up of the next 4 bytes).
 // Nullopt when the section is missing or does not parse.
 std::optional<std::vector<KernelParam>> CubinParams(const std::string& image, const std::string& name) {
@@ -458,7 +458,7 @@ std::optional<std::vector<KernelParam>> CubinParams(const std::string& image, co
       const uint8_t format = (*info)[at], attribute = (*info)[at + 1];
       uint16_t size = 0;
       std::memcpy(&size, info->data() + at + 2, 2);
-      if (format == 3) {
+      if (format == 2 || format == 3) {
         at += 4;
         continue;
       }
