@@ -198,8 +198,14 @@ class CudaKernel : public Kernel {
  public:
   CudaKernel(CudaContext* context, CUmodule module, CUfunction function, Signature signature)
       : context_(context), module_(module), function_(function), signature_(std::move(signature)) {}
+  // A launch of the kernel may still be queued on the session's stream (a launch without
+  // wait, then the program freed; a graph of it replayed, then dropped): the module goes
+  // only once that has run, as unloading code a kernel still runs is undefined. (Kernels
+  // run on their own context's stream: a graph is launched on its instantiating context's.)
   ~CudaKernel() override {
-    if (context_->Bind().ok()) context_->cu().cuModuleUnload(module_);
+    if (!context_->Bind().ok()) return;
+    context_->cu().cuStreamSynchronize(context_->stream());
+    context_->cu().cuModuleUnload(module_);
   }
   const Signature& signature() const override { return signature_; }
   CUfunction function() const { return function_; }

@@ -281,6 +281,7 @@ TEST_F(FakeCudaDriverTest, AKernelsParametersAreReadFromItsImage) {
   uint16_t h = 0;
   void* args[] = {&address, &n, blob, &h};
   EXPECT_EQ(cu->cuLaunchKernel(f, 1, 1, 1, 1, 1, 1, 0, nullptr, args, nullptr), CUDA_SUCCESS);
+  EXPECT_EQ(cu->cuStreamSynchronize(nullptr), CUDA_SUCCESS) << "the kernel runs before its module goes";
   EXPECT_EQ(cu->cuModuleUnload(module), CUDA_SUCCESS);
   EXPECT_EQ(cu->cuCtxDestroy(ctx), CUDA_SUCCESS);
 }
@@ -469,6 +470,24 @@ TEST_P(FakeCudaDaemonTest, ProgramsInEveryCudaFormatLoadLaunchAndReplay) {
     }
   }
   ExpectTheDaemonLeftNothing();
+}
+
+// A program freed while a launch of it is still queued on the device: its module stays
+// loaded until the launch has run (the fake runs queued work only when it is waited for,
+// and faults a kernel whose module has gone by then).
+TEST_P(FakeCudaDaemonTest, AProgramFreedWithALaunchInFlightOutlivesTheLaunch) {
+  const v1::Signature signature = *ParseSignature("out,in,in,int32");
+  Buffer a = Alloc(kN * 4), b = Alloc(kN * 4), out = Alloc(kN * 4);
+  {
+    ASSERT_OK_AND_ASSIGN(Program p, session_->Load(ProgramSpec{"cuda-c", kAddSourceCuda, "add", signature, {}}));
+    ASSERT_OK(session_->Launch(p, {View{&out}, View{&a}, View{&b}, int64_t{kN}}, {4, 1, 1}, {64, 1, 1},
+                               /*wait=*/false)
+                  .status());
+  }  // freed here, the launch not waited for
+  ASSERT_OK_AND_ASSIGN(Program again, session_->Load(ProgramSpec{"cuda-c", kAddSourceCuda, "add", signature, {}}));
+  EXPECT_OK(session_->Launch(again, {View{&out}, View{&a}, View{&b}, int64_t{kN}}, {4, 1, 1}, {64, 1, 1},
+                             /*wait=*/true)
+                .status());
 }
 
 // The driver reads one argument per parameter the kernel takes, as many bytes as each

@@ -20,6 +20,8 @@
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <deque>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -46,6 +48,8 @@ struct CUevent_st {
   unsigned flags;
   bool recorded = false;
   std::chrono::steady_clock::time_point at;
+  const void* queue = nullptr;  // the stream's work queue it was recorded on (QueueOf)
+  uint64_t after = 0;           // the last work submitted before it was recorded
 };
 // A kernel parameter as the module's image lays it out.
 struct KernelParam {
@@ -106,7 +110,11 @@ struct State {
   int primary_refs = 0;
   std::map<CUdeviceptr, Allocation> allocations;  // by base address
   size_t allocated = 0;
-  std::unordered_map<void*, CUcontext> host_allocations;
+  struct HostAllocation {
+    CUcontext ctx;
+    size_t bytes;
+  };
+  std::unordered_map<void*, HostAllocation> host_allocations;  // cuMemHostAlloc's, by start
   struct Registered {
     size_t bytes;
     CUcontext ctx;
@@ -120,6 +128,16 @@ struct State {
   std::unordered_map<CUgraph, std::unique_ptr<CUgraph_st>> graphs;
   std::unordered_map<CUgraphExec, std::unique_ptr<CUgraphExec_st>> execs;
   int reclaimed = 0;
+  // Work submitted to a stream and not yet run, by the stream's queue (QueueOf): a copy,
+  // memset, kernel or graph runs only when something waits for it, in submission order,
+  // as a GPU runs it some time after the call that submitted it.
+  struct Work {
+    uint64_t number;  // in submission order, over all queues
+    CUcontext ctx;
+    std::function<void(State&)> run;
+  };
+  std::map<const void*, std::deque<Work>> queued;
+  uint64_t submitted = 0;
 };
 
 // Never destroyed: the daemon's threads may call the library until the process exits.
@@ -171,6 +189,48 @@ CUresult UsableStream(const State& s, CUstream stream, CUcontext* ctx) {
   if (!s.streams.count(stream)) return CUDA_ERROR_INVALID_HANDLE;
   return stream->ctx == *ctx ? CUDA_SUCCESS : CUDA_ERROR_INVALID_CONTEXT;
 }
+
+bool IsDefaultStream(CUstream stream) {
+  return !stream || stream == CU_STREAM_LEGACY || stream == CU_STREAM_PER_THREAD;
+}
+
+// The work queue of `stream` (of context `ctx`): its own, or the context's for the
+// default stream.
+const void* QueueOf(CUstream stream, CUcontext ctx) {
+  return IsDefaultStream(stream) ? static_cast<const void*>(ctx) : static_cast<const void*>(stream);
+}
+
+void Submit(State& s, const void* queue, CUcontext ctx, std::function<void(State&)> run) {
+  s.queued[queue].push_back(State::Work{++s.submitted, ctx, std::move(run)});
+}
+
+// Runs `queue`'s work up to number `last`, in order. After a fault the device runs
+// nothing more: what is queued is dropped.
+void RunQueued(State& s, const void* queue, uint64_t last = UINT64_MAX) {
+  auto it = s.queued.find(queue);
+  if (it == s.queued.end()) return;
+  while (!it->second.empty() && it->second.front().number <= last) {
+    State::Work work = std::move(it->second.front());
+    it->second.pop_front();
+    if (!s.faulted) work.run(s);
+  }
+  if (it->second.empty()) s.queued.erase(it);
+}
+
+// Runs the work of every queue that holds some of `ctx`'s (every queue: null), in
+// submission order.
+void RunAll(State& s, CUcontext ctx = nullptr) {
+  std::vector<const void*> queues;
+  for (const auto& [queue, work] : s.queued)
+    if (!ctx || std::any_of(work.begin(), work.end(), [&](const State::Work& w) { return w.ctx == ctx; }))
+      queues.push_back(queue);
+  for (const void* queue : queues) RunQueued(s, queue);
+}
+
+// Whether host range [p, p + n) is page-locked (cuMemHostRegister's or cuMemHostAlloc's):
+// the driver copies from and into such memory by DMA, when the copy's turn comes, where
+// it takes pageable memory at the call.
+bool Pinned(const State& s, const void* p, size_t n);
 
 // Whether [address, address + bytes) lies in one live allocation, of `ctx` unless it is
 // null. Address 0 never does.
@@ -239,7 +299,7 @@ void Reclaim(State& s, CUcontext ctx) {
     ++s.reclaimed;
   }
   for (auto it = s.host_allocations.begin(); it != s.host_allocations.end();) {
-    if (it->second != ctx) {
+    if (it->second.ctx != ctx) {
       ++it;
       continue;
     }
@@ -637,6 +697,7 @@ CUresult CtxDestroy(CUcontext ctx) {
   if (!call.s.initialized) return CUDA_ERROR_NOT_INITIALIZED;
   if (!ctx || !KnownContext(call.s, ctx) || ctx->primary) return CUDA_ERROR_INVALID_CONTEXT;
   if (!ctx->alive) return CUDA_ERROR_CONTEXT_IS_DESTROYED;
+  RunAll(call.s, ctx);  // the context's end waits for its work
   Reclaim(call.s, ctx);
   ctx->alive = false;
   if (!t_stack.empty() && t_stack.back() == ctx) t_stack.pop_back();
@@ -697,6 +758,7 @@ CUresult DevicePrimaryCtxRelease(CUdevice dev) {
   State& s = call.s;
   if (s.primary_refs == 0) return CUDA_ERROR_INVALID_CONTEXT;
   if (--s.primary_refs == 0) {
+    RunAll(s, s.primary);
     Reclaim(s, s.primary);
     s.primary->alive = false;
   }
@@ -720,17 +782,26 @@ CUresult StreamCreate(CUstream* stream, unsigned flags) {
 CUresult StreamDestroy(CUstream stream) {
   Call call;
   if (!call.s.initialized) return CUDA_ERROR_NOT_INITIALIZED;
-  if (!call.s.streams.erase(stream)) return CUDA_ERROR_INVALID_HANDLE;
+  if (!call.s.streams.count(stream)) return CUDA_ERROR_INVALID_HANDLE;
+  RunQueued(call.s, stream);  // what it holds still runs, as on a GPU
+  call.s.streams.erase(stream);
   return call.released();
 }
 
-// Work runs as it is submitted, so there is never anything to wait for.
+// Runs the stream's work; the default stream's waits for the context's every stream (the
+// legacy default stream, with blocking streams). A fault in that work is reported here.
 CUresult StreamSynchronize(CUstream stream) {
   Call call;
   if (CUresult r = call.blocked(); r != CUDA_SUCCESS) return r;
   CUcontext ctx = nullptr;
-  if (!stream || stream == CU_STREAM_LEGACY || stream == CU_STREAM_PER_THREAD) return Current(&ctx);
-  return call.s.streams.count(stream) ? CUDA_SUCCESS : CUDA_ERROR_INVALID_HANDLE;
+  if (IsDefaultStream(stream)) {
+    if (CUresult r = Current(&ctx); r != CUDA_SUCCESS) return r;
+    RunAll(call.s, ctx);
+  } else {
+    if (!call.s.streams.count(stream)) return CUDA_ERROR_INVALID_HANDLE;
+    RunQueued(call.s, stream);
+  }
+  return call.blocked();
 }
 
 CUresult EventCreate(CUevent* event, unsigned flags) {
@@ -763,13 +834,19 @@ CUresult EventRecord(CUevent event, CUstream stream) {
   if (!call.s.events.count(event) || event->ctx != ctx) return CUDA_ERROR_INVALID_HANDLE;
   event->recorded = true;
   event->at = std::chrono::steady_clock::now();
+  event->queue = QueueOf(stream, ctx);
+  event->after = call.s.submitted;
   return CUDA_SUCCESS;
 }
 
+// Runs the work its stream held when it was recorded; an event never recorded is
+// complete.
 CUresult EventSynchronize(CUevent event) {
   Call call;
   if (CUresult r = call.blocked(); r != CUDA_SUCCESS) return r;
-  return call.s.events.count(event) ? CUDA_SUCCESS : CUDA_ERROR_INVALID_HANDLE;
+  if (!call.s.events.count(event)) return CUDA_ERROR_INVALID_HANDLE;
+  if (event->recorded) RunQueued(call.s, event->queue, event->after);
+  return call.blocked();
 }
 
 // The host time between the two records, at least a microsecond. Both events must have
@@ -806,12 +883,14 @@ CUresult MemAlloc(CUdeviceptr* dptr, size_t bytes) {
   return CUDA_SUCCESS;
 }
 
-// Any context's allocation, by its base address.
+// Any context's allocation, by its base address. It waits for the device's work first,
+// as the driver does.
 CUresult MemFree(CUdeviceptr dptr) {
   Call call;
   if (!call.s.initialized) return CUDA_ERROR_NOT_INITIALIZED;
   auto it = call.s.allocations.find(dptr);
   if (it == call.s.allocations.end()) return CUDA_ERROR_INVALID_VALUE;
+  RunAll(call.s);
   call.s.allocated -= it->second.bytes;
   std::free(reinterpret_cast<void*>(dptr));
   call.s.allocations.erase(it);
@@ -824,7 +903,7 @@ CUresult MemsetD8Async(CUdeviceptr dst, unsigned char value, size_t n, CUstream 
   CUcontext ctx = nullptr;
   if (CUresult r = UsableStream(call.s, stream, &ctx); r != CUDA_SUCCESS) return r;
   if (!Inside(call.s, dst, n, nullptr)) return CUDA_ERROR_INVALID_VALUE;
-  std::memset(reinterpret_cast<void*>(dst), value, n);
+  Submit(call.s, QueueOf(stream, ctx), ctx, [=](State&) { std::memset(reinterpret_cast<void*>(dst), value, n); });
   return CUDA_SUCCESS;
 }
 
@@ -837,7 +916,7 @@ CUresult MemHostAlloc(void** pp, size_t bytes, unsigned flags) {
   if (!pp || bytes == 0 || (flags & ~known)) return CUDA_ERROR_INVALID_VALUE;
   void* p = AlignedAlloc(4096, bytes);
   if (!p) return CUDA_ERROR_OUT_OF_MEMORY;
-  call.s.host_allocations.emplace(p, ctx);
+  call.s.host_allocations.emplace(p, State::HostAllocation{ctx, bytes});
   *pp = p;
   return CUDA_SUCCESS;
 }
@@ -845,13 +924,16 @@ CUresult MemHostAlloc(void** pp, size_t bytes, unsigned flags) {
 CUresult MemFreeHost(void* p) {
   Call call;
   if (!call.s.initialized) return CUDA_ERROR_NOT_INITIALIZED;
-  if (!call.s.host_allocations.erase(p)) return CUDA_ERROR_INVALID_VALUE;
+  if (!call.s.host_allocations.count(p)) return CUDA_ERROR_INVALID_VALUE;
+  RunAll(call.s);  // as the driver, it waits for the device first
+  call.s.host_allocations.erase(p);
   std::free(p);
   return call.released();
 }
 
-// Copies run at once. A device range may lie in any context's allocation (unified
-// addressing), but must lie in one.
+// A device range of a copy may lie in any context's allocation (unified addressing), but
+// must lie in one. Copies run in their stream's turn; pageable host memory is taken at
+// the call (read into a staging copy, or, into it, after the stream's earlier work).
 // The registration that holds [p, p + n), or null.
 const State::Registered* RegisteredAt(const State& s, const void* p, size_t n) {
   const auto* b = static_cast<const uint8_t*>(p);
@@ -860,6 +942,16 @@ const State::Registered* RegisteredAt(const State& s, const void* p, size_t n) {
   --it;
   const size_t into = static_cast<size_t>(b - it->first);
   return into <= it->second.bytes && n <= it->second.bytes - into ? &it->second : nullptr;
+}
+
+bool Pinned(const State& s, const void* p, size_t n) {
+  if (RegisteredAt(s, p, n)) return true;
+  const auto* b = static_cast<const uint8_t*>(p);
+  for (const auto& [start, a] : s.host_allocations) {
+    const auto* base = static_cast<const uint8_t*>(start);
+    if (b >= base && b - base <= static_cast<ptrdiff_t>(a.bytes) && n <= a.bytes - (b - base)) return true;
+  }
+  return false;
 }
 
 // Page-locks host memory for the current context. A range that overlaps one already
@@ -884,7 +976,9 @@ CUresult MemHostRegister(void* p, size_t bytes, unsigned flags) {
 CUresult MemHostUnregister(void* p) {
   Call call;
   if (!call.s.initialized) return CUDA_ERROR_NOT_INITIALIZED;
-  if (!call.s.registered.erase(static_cast<const uint8_t*>(p))) return CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED;
+  if (!call.s.registered.count(static_cast<const uint8_t*>(p))) return CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED;
+  RunAll(call.s);  // as the driver, it waits for the device first
+  call.s.registered.erase(static_cast<const uint8_t*>(p));
   return CUDA_SUCCESS;
 }
 
@@ -895,7 +989,14 @@ CUresult MemcpyHtoDAsync(CUdeviceptr dst, const void* src, size_t n, CUstream st
   if (CUresult r = UsableStream(call.s, stream, &ctx); r != CUDA_SUCCESS) return r;
   if (!src || !Inside(call.s, dst, n, nullptr)) return CUDA_ERROR_INVALID_VALUE;
   if (RegisteredAt(call.s, src, n)) ++call.s.registered_copies;
-  std::memcpy(reinterpret_cast<void*>(dst), src, n);
+  if (Pinned(call.s, src, n)) {
+    Submit(call.s, QueueOf(stream, ctx), ctx, [=](State&) { std::memcpy(reinterpret_cast<void*>(dst), src, n); });
+  } else {
+    auto staged = std::make_shared<std::vector<uint8_t>>(static_cast<const uint8_t*>(src),
+                                                         static_cast<const uint8_t*>(src) + n);
+    Submit(call.s, QueueOf(stream, ctx), ctx,
+           [=](State&) { std::memcpy(reinterpret_cast<void*>(dst), staged->data(), n); });
+  }
   return CUDA_SUCCESS;
 }
 
@@ -906,7 +1007,9 @@ CUresult MemcpyDtoHAsync(void* dst, CUdeviceptr src, size_t n, CUstream stream) 
   if (CUresult r = UsableStream(call.s, stream, &ctx); r != CUDA_SUCCESS) return r;
   if (!dst || !Inside(call.s, src, n, nullptr)) return CUDA_ERROR_INVALID_VALUE;
   if (RegisteredAt(call.s, dst, n)) ++call.s.registered_copies;
-  std::memcpy(dst, reinterpret_cast<const void*>(src), n);
+  const void* queue = QueueOf(stream, ctx);
+  Submit(call.s, queue, ctx, [=](State&) { std::memcpy(dst, reinterpret_cast<const void*>(src), n); });
+  if (!Pinned(call.s, dst, n)) RunQueued(call.s, queue);  // into pageable memory the call waits
   return CUDA_SUCCESS;
 }
 
@@ -916,7 +1019,8 @@ CUresult MemcpyDtoDAsync(CUdeviceptr dst, CUdeviceptr src, size_t n, CUstream st
   CUcontext ctx = nullptr;
   if (CUresult r = UsableStream(call.s, stream, &ctx); r != CUDA_SUCCESS) return r;
   if (!Inside(call.s, dst, n, nullptr) || !Inside(call.s, src, n, nullptr)) return CUDA_ERROR_INVALID_VALUE;
-  std::memmove(reinterpret_cast<void*>(dst), reinterpret_cast<const void*>(src), n);
+  Submit(call.s, QueueOf(stream, ctx), ctx,
+         [=](State&) { std::memmove(reinterpret_cast<void*>(dst), reinterpret_cast<const void*>(src), n); });
   return CUDA_SUCCESS;
 }
 
@@ -1000,7 +1104,11 @@ CUresult LaunchKernel(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsig
   if (CUresult r = CheckLaunch(call.s, f, grid, block, shared_bytes, params, extra); r != CUDA_SUCCESS) return r;
   if (f->module->ctx != ctx) return CUDA_ERROR_INVALID_CONTEXT;
   if (CUresult r = ReadParams(f, params, extra); r != CUDA_SUCCESS) return r;
-  if (f->name == "fault") call.s.faulted = true;
+  // In its turn: a kernel named "fault", or one whose module is gone by then, faults.
+  const std::string name = f->name;
+  Submit(call.s, QueueOf(stream, ctx), ctx, [=](State& s) {
+    if (name == "fault" || !s.functions.count(f)) s.faulted = true;
+  });
   return CUDA_SUCCESS;
 }
 
@@ -1141,22 +1249,27 @@ CUresult GraphLaunch(CUgraphExec exec, CUstream stream) {
   if (CUresult r = UsableStream(call.s, stream, &ctx); r != CUDA_SUCCESS) return r;
   if (!call.s.execs.count(exec)) return CUDA_ERROR_INVALID_VALUE;
   if (exec->ctx != ctx) return CUDA_ERROR_INVALID_CONTEXT;
-  for (const auto& [handle, n] : exec->nodes) {
-    if (n.function) {
-      if (!call.s.functions.count(n.function) || n.name == "fault") {
-        call.s.faulted = true;
-        break;
+  // The nodes as they are now: an update after the launch changes later launches only.
+  auto nodes = std::make_shared<std::vector<CUgraphNode_st>>();
+  for (const auto& [handle, n] : exec->nodes) nodes->push_back(n);
+  Submit(call.s, QueueOf(stream, ctx), ctx, [nodes](State& s) {
+    for (const CUgraphNode_st& n : *nodes) {
+      if (n.function) {
+        if (!s.functions.count(n.function) || n.name == "fault") {
+          s.faulted = true;
+          return;
+        }
+        continue;
       }
-      continue;
+      const CUDA_MEMCPY3D& p = n.copy;
+      const CUdeviceptr src = p.srcDevice + p.srcXInBytes, dst = p.dstDevice + p.dstXInBytes;
+      if (!Inside(s, src, p.WidthInBytes, n.ctx) || !Inside(s, dst, p.WidthInBytes, n.ctx)) {
+        s.faulted = true;
+        return;
+      }
+      std::memmove(reinterpret_cast<void*>(dst), reinterpret_cast<const void*>(src), p.WidthInBytes);
     }
-    const CUDA_MEMCPY3D& p = n.copy;
-    const CUdeviceptr src = p.srcDevice + p.srcXInBytes, dst = p.dstDevice + p.dstXInBytes;
-    if (!Inside(call.s, src, p.WidthInBytes, n.ctx) || !Inside(call.s, dst, p.WidthInBytes, n.ctx)) {
-      call.s.faulted = true;
-      break;
-    }
-    std::memmove(reinterpret_cast<void*>(dst), reinterpret_cast<const void*>(src), p.WidthInBytes);
-  }
+  });
   return CUDA_SUCCESS;
 }
 
@@ -1242,7 +1355,8 @@ extern "C" FAKE_CUDA_EXPORT void fake_cuda_reset(void) {
   Call call;
   State& s = call.s;
   for (const auto& [address, a] : s.allocations) std::free(reinterpret_cast<void*>(address));
-  for (const auto& [p, ctx] : s.host_allocations) std::free(p);
+  for (const auto& [p, a] : s.host_allocations) std::free(p);
+  s.queued.clear();
   s.allocations.clear();
   s.allocated = 0;
   s.host_allocations.clear();

@@ -13,16 +13,25 @@
 // - device memory is host memory; a copy, memset or memcpy node whose device range is
 //   not inside a live allocation is CUDA_ERROR_INVALID_VALUE (for a memcpy node, an
 //   allocation of the node's context), and address 0 never is;
-// - kernels do not run: a kernel launch or kernel node whose function is named "fault"
-//   makes the sticky fault instead, as does a graph whose memcpy node reaches memory
-//   freed since it was set. From then on every call of the library that involves a
-//   context, new contexts included, returns CUDA_ERROR_ILLEGAL_ADDRESS, as an H200 did
-//   after a kernel's illegal access; releases still release.
-// - a kernel's parameters are read from its image (a PTX .entry's list, a cubin's
-//   .nv.info section) and answered by cuFuncGetParamInfo; a launch, kernel node or node
-//   update reads one argument pointer per parameter and each parameter's bytes through
-//   it, as the driver does, and refuses missing ones;
-// - graph launches perform their memcpy nodes in node order.
+// - work runs when it is waited for, as on a GPU some time after the call that submitted
+//   it: copies, memsets, kernel launches and graph launches queue on their stream (the
+//   default stream's queue is the context's) and run, in submission order, at a
+//   synchronize of that stream (of the default stream: of every queue holding the
+//   context's work), at a synchronize of an event recorded after them, or when the
+//   stream or context ends; cuMemFree, cuMemFreeHost and cuMemHostUnregister wait for all
+//   work first, as the driver does. Pageable host memory is taken at the call (a copy to
+//   the device reads it then; one from the device runs the stream's work and copies
+//   before it returns); page-locked memory (registered or cuMemHostAlloc's) is read or
+//   written in the copy's turn. So a missing wait shows as stale bytes, and a staging
+//   buffer reused too early as the wrong ones;
+// - kernels do not run: a kernel launch or kernel node, in its turn, whose function is
+//   named "fault" or whose module has been unloaded since, makes the sticky fault
+//   instead, as does a graph whose memcpy node reaches memory freed since it was set.
+//   From then on every call of the library that involves a context, new contexts
+//   included, returns CUDA_ERROR_ILLEGAL_ADDRESS, as an H200 did after a kernel's illegal
+//   access; releases still release, and queued work is dropped.
+// - graph launches perform their memcpy nodes in node order, with the nodes as they were
+//   at the launch (an update afterwards changes later launches only).
 // - cuMemHostRegister refuses a range that overlaps one registered (or cuMemHostAlloc's
 //   memory), cuMemHostUnregister one it does not hold, and a context's end drops its
 //   registrations (counted as reclaimed).
