@@ -213,8 +213,12 @@ class HipKernel : public Kernel {
  public:
   HipKernel(HipContext* context, hipModule_t module, hipFunction_t function, Signature signature)
       : context_(context), module_(module), function_(function), signature_(std::move(signature)) {}
+  // As a CUDA kernel's (cuda_driver.cc): the module goes only once a launch of it still
+  // queued on the session's stream has run.
   ~HipKernel() override {
-    if (context_->Bind().ok()) (void)context_->hip().hipModuleUnload(module_);
+    if (!context_->Bind().ok()) return;
+    (void)context_->hip().hipStreamSynchronize(context_->stream());
+    (void)context_->hip().hipModuleUnload(module_);
   }
   const Signature& signature() const override { return signature_; }
   hipFunction_t function() const { return function_; }
