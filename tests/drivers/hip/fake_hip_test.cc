@@ -580,6 +580,25 @@ TEST_P(FakeHipDaemonTest, ACapturedCopyChainReplaysOnFreshBuffers) {
   ExpectTheDaemonLeftNothing();
 }
 
+// A program freed while a launch of it is still queued on the device: its module stays
+// loaded until the launch has run (the fake runs queued work only when it is waited for,
+// and faults a kernel whose module has gone by then).
+TEST_P(FakeHipDaemonTest, AProgramFreedWithALaunchInFlightOutlivesTheLaunch) {
+  const v1::Signature signature = *ParseSignature("out,in,in,int32");
+  Buffer a = Alloc(kN * 4), b = Alloc(kN * 4), out = Alloc(kN * 4);
+  {
+    ASSERT_OK_AND_ASSIGN(Program p, session_->Load(ProgramSpec{"hip-hsaco", CodeObject({"add"}), "add", signature, {}}));
+    ASSERT_OK(session_->Launch(p, {View{&out}, View{&a}, View{&b}, int64_t{kN}}, {4, 1, 1}, {64, 1, 1},
+                               /*wait=*/false)
+                  .status());
+  }  // freed here, the launch not waited for
+  ASSERT_OK_AND_ASSIGN(Program again,
+                       session_->Load(ProgramSpec{"hip-hsaco", CodeObject({"add"}), "add", signature, {}}));
+  EXPECT_OK(session_->Launch(again, {View{&out}, View{&a}, View{&b}, int64_t{kN}}, {4, 1, 1}, {64, 1, 1},
+                             /*wait=*/true)
+                .status());
+}
+
 // A code object loaded by the fake and launched (the kernel does not run); one for another
 // target and hip-c (which the fake's hiprtc refuses) are INVALID_ARGUMENT with the
 // runtime's and the compiler's words; a captured launch becomes a kernel node retargeted

@@ -22,6 +22,8 @@
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <deque>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -43,6 +45,8 @@ struct ihipEvent_t {
   unsigned flags;
   bool recorded = false;
   std::chrono::steady_clock::time_point at;
+  hipStream_t stream = nullptr;  // the stream it was recorded on (its work queue)
+  uint64_t after = 0;            // the last work submitted before it was recorded
 };
 struct ihipModuleSymbol_t {
   hipModule_t module;
@@ -95,7 +99,7 @@ struct State {
   bool faulted = false;
   std::map<uintptr_t, size_t> allocations;  // device 0's, by base address
   size_t allocated = 0;
-  std::unordered_set<void*> host_allocations;
+  std::unordered_map<void*, size_t> host_allocations;  // hipHostMalloc's, by start
   std::map<const uint8_t*, size_t> registered;  // hipHostRegister's ranges, by start
   int registered_copies = 0;  // host <-> device copies from or into registered memory
   std::unordered_map<hipStream_t, std::unique_ptr<ihipStream_t>> streams;
@@ -106,6 +110,15 @@ struct State {
   std::unordered_map<hipGraphExec_t, std::unique_ptr<hipGraphExec>> execs;
   int reclaimed = 0;
   int resets = 0;
+  // Work submitted to a stream and not yet run, by stream (null: the null stream): a
+  // copy, memset, kernel or graph runs only when something waits for it, in submission
+  // order, as a GPU runs it some time after the call that submitted it.
+  struct Work {
+    uint64_t number;  // in submission order, over all streams
+    std::function<void(State&)> run;
+  };
+  std::map<hipStream_t, std::deque<Work>> queued;
+  uint64_t submitted = 0;
 };
 
 // Never destroyed: the daemon's threads may call the library until the process exits.
@@ -142,6 +155,35 @@ hipError_t UsableStream(const State& s, hipStream_t stream) {
   if (!s.streams.count(stream)) return hipErrorInvalidHandle;
   return stream->device == t_device ? hipSuccess : hipErrorInvalidHandle;
 }
+
+void Submit(State& s, hipStream_t stream, std::function<void(State&)> run) {
+  s.queued[stream].push_back(State::Work{++s.submitted, std::move(run)});
+}
+
+// Runs `stream`'s work up to number `last`, in order. After a fault the device runs
+// nothing more: what is queued is dropped.
+void RunQueued(State& s, hipStream_t stream, uint64_t last = UINT64_MAX) {
+  auto it = s.queued.find(stream);
+  if (it == s.queued.end()) return;
+  while (!it->second.empty() && it->second.front().number <= last) {
+    State::Work work = std::move(it->second.front());
+    it->second.pop_front();
+    if (!s.faulted) work.run(s);
+  }
+  if (it->second.empty()) s.queued.erase(it);
+}
+
+// Runs every stream's work.
+void RunAll(State& s) {
+  std::vector<hipStream_t> streams;
+  for (const auto& [stream, work] : s.queued) streams.push_back(stream);
+  for (hipStream_t stream : streams) RunQueued(s, stream);
+}
+
+// Whether host range [p, p + n) is page-locked (hipHostRegister's or hipHostMalloc's): the
+// runtime copies from and into such memory by DMA, when the copy's turn comes, where it
+// takes pageable memory at the call.
+bool Pinned(const State& s, const void* p, size_t n);
 
 // Whether [address, address + bytes) lies in one live allocation. Address 0 never does.
 bool Inside(const State& s, const void* p, size_t bytes) {
@@ -262,7 +304,8 @@ bool DefinesKernel(const std::string& image, const std::string& name) {
 void Reclaim(State& s, int device) {
   if (device != 0) return;
   for (const auto& [address, bytes] : s.allocations) std::free(reinterpret_cast<void*>(address));
-  for (void* p : s.host_allocations) std::free(p);
+  for (const auto& [p, bytes] : s.host_allocations) std::free(p);
+  s.queued.clear();  // a reset abandons the device's work
   s.reclaimed += static_cast<int>(s.allocations.size() + s.host_allocations.size());
   s.allocations.clear();
   s.allocated = 0;
@@ -441,15 +484,24 @@ FAKE_HIP_EXPORT hipError_t hipStreamCreateWithFlags(hipStream_t* stream, unsigne
 FAKE_HIP_EXPORT hipError_t hipStreamDestroy(hipStream_t stream) {
   Call call;
   if (!call.s.initialized) return hipErrorNotInitialized;
-  if (!call.s.streams.erase(stream)) return hipErrorInvalidHandle;
+  if (!call.s.streams.count(stream)) return hipErrorInvalidHandle;
+  RunQueued(call.s, stream);  // what it holds still runs, as on a GPU
+  call.s.streams.erase(stream);
   return call.released();
 }
 
-// Work runs as it is submitted, so there is never anything to wait for.
+// Runs the stream's work; the null stream's waits for every stream (blocking streams, as
+// replayd's are). A fault in that work is reported here.
 FAKE_HIP_EXPORT hipError_t hipStreamSynchronize(hipStream_t stream) {
   Call call;
   if (hipError_t r = call.blocked(); r != hipSuccess) return r;
-  return UsableStream(call.s, stream);
+  if (hipError_t r = UsableStream(call.s, stream); r != hipSuccess) return r;
+  if (stream) {
+    RunQueued(call.s, stream);
+  } else {
+    RunAll(call.s);
+  }
+  return call.blocked();
 }
 
 FAKE_HIP_EXPORT hipError_t hipEventCreateWithFlags(hipEvent_t* event, unsigned flags) {
@@ -479,13 +531,19 @@ FAKE_HIP_EXPORT hipError_t hipEventRecord(hipEvent_t event, hipStream_t stream) 
   if (!call.s.events.count(event) || event->device != t_device) return hipErrorInvalidHandle;
   event->recorded = true;
   event->at = std::chrono::steady_clock::now();
+  event->stream = stream;
+  event->after = call.s.submitted;
   return hipSuccess;
 }
 
+// Runs the work its stream held when it was recorded; an event never recorded is
+// complete.
 FAKE_HIP_EXPORT hipError_t hipEventSynchronize(hipEvent_t event) {
   Call call;
   if (hipError_t r = call.blocked(); r != hipSuccess) return r;
-  return call.s.events.count(event) ? hipSuccess : hipErrorInvalidHandle;
+  if (!call.s.events.count(event)) return hipErrorInvalidHandle;
+  if (event->recorded) RunQueued(call.s, event->stream, event->after);
+  return call.blocked();
 }
 
 // The host time between the two records, at least a microsecond. Both events must have
@@ -522,13 +580,15 @@ FAKE_HIP_EXPORT hipError_t hipMalloc(void** ptr, size_t bytes) {
   return hipSuccess;
 }
 
-// An allocation by its base address; null is success.
+// An allocation by its base address; null is success. It waits for the device's work
+// first, as the runtime does.
 FAKE_HIP_EXPORT hipError_t hipFree(void* ptr) {
   Call call;
   if (!call.s.initialized) return hipErrorNotInitialized;
   if (!ptr) return hipSuccess;
   auto it = call.s.allocations.find(reinterpret_cast<uintptr_t>(ptr));
   if (it == call.s.allocations.end()) return hipErrorInvalidValue;
+  RunAll(call.s);
   call.s.allocated -= it->second;
   std::free(ptr);
   call.s.allocations.erase(it);
@@ -540,7 +600,7 @@ FAKE_HIP_EXPORT hipError_t hipMemsetAsync(void* dst, int value, size_t n, hipStr
   if (hipError_t r = call.blocked(); r != hipSuccess) return r;
   if (hipError_t r = UsableStream(call.s, stream); r != hipSuccess) return r;
   if (!Inside(call.s, dst, n)) return hipErrorInvalidValue;
-  std::memset(dst, value, n);
+  Submit(call.s, stream, [=](State&) { std::memset(dst, value, n); });
   return hipSuccess;
 }
 
@@ -552,7 +612,7 @@ FAKE_HIP_EXPORT hipError_t hipHostMalloc(void** ptr, size_t bytes, unsigned int 
   if (!ptr || bytes == 0 || (flags & ~known)) return hipErrorInvalidValue;
   void* p = AlignedAlloc(4096, bytes);
   if (!p) return hipErrorOutOfMemory;
-  call.s.host_allocations.insert(p);
+  call.s.host_allocations.emplace(p, bytes);
   *ptr = p;
   return hipSuccess;
 }
@@ -561,7 +621,9 @@ FAKE_HIP_EXPORT hipError_t hipHostFree(void* p) {
   Call call;
   if (!call.s.initialized) return hipErrorNotInitialized;
   if (!p) return hipSuccess;
-  if (!call.s.host_allocations.erase(p)) return hipErrorInvalidValue;
+  if (!call.s.host_allocations.count(p)) return hipErrorInvalidValue;
+  RunAll(call.s);  // as the runtime, it waits for the device first
+  call.s.host_allocations.erase(p);
   std::free(p);
   return call.released();
 }
@@ -578,6 +640,16 @@ bool Registered(const State& s, const void* p, size_t n) {
   --it;
   const size_t into = static_cast<size_t>(b - it->first);
   return into <= it->second && n <= it->second - into;
+}
+
+bool Pinned(const State& s, const void* p, size_t n) {
+  if (Registered(s, p, n)) return true;
+  const auto* b = static_cast<const uint8_t*>(p);
+  for (const auto& [start, bytes] : s.host_allocations) {
+    const auto* base = static_cast<const uint8_t*>(start);
+    if (b >= base && static_cast<size_t>(b - base) <= bytes && n <= bytes - static_cast<size_t>(b - base)) return true;
+  }
+  return false;
 }
 
 }  // namespace
@@ -603,18 +675,28 @@ FAKE_HIP_EXPORT hipError_t hipHostRegister(void* p, size_t bytes, unsigned int f
 FAKE_HIP_EXPORT hipError_t hipHostUnregister(void* p) {
   Call call;
   if (!call.s.initialized) return hipErrorNotInitialized;
-  if (!call.s.registered.erase(static_cast<const uint8_t*>(p))) return hipErrorHostMemoryNotRegistered;
+  if (!call.s.registered.count(static_cast<const uint8_t*>(p))) return hipErrorHostMemoryNotRegistered;
+  RunAll(call.s);  // as the runtime, it waits for the device first
+  call.s.registered.erase(static_cast<const uint8_t*>(p));
   return hipSuccess;
 }
 
-// Copies run at once; a device range must lie in one live allocation.
+// A device range of a copy must lie in one live allocation. Copies run in their stream's
+// turn; pageable host memory is taken at the call (read into a staging copy, or, into
+// it, after the stream's earlier work).
 FAKE_HIP_EXPORT hipError_t hipMemcpyHtoDAsync(hipDeviceptr_t dst, void* src, size_t n, hipStream_t stream) {
   Call call;
   if (hipError_t r = call.blocked(); r != hipSuccess) return r;
   if (hipError_t r = UsableStream(call.s, stream); r != hipSuccess) return r;
   if (!src || !Inside(call.s, dst, n)) return hipErrorInvalidValue;
   if (Registered(call.s, src, n)) ++call.s.registered_copies;
-  std::memcpy(dst, src, n);
+  if (Pinned(call.s, src, n)) {
+    Submit(call.s, stream, [=](State&) { std::memcpy(dst, src, n); });
+  } else {
+    auto staged = std::make_shared<std::vector<uint8_t>>(static_cast<const uint8_t*>(src),
+                                                         static_cast<const uint8_t*>(src) + n);
+    Submit(call.s, stream, [=](State&) { std::memcpy(dst, staged->data(), n); });
+  }
   return hipSuccess;
 }
 
@@ -624,7 +706,8 @@ FAKE_HIP_EXPORT hipError_t hipMemcpyDtoHAsync(void* dst, hipDeviceptr_t src, siz
   if (hipError_t r = UsableStream(call.s, stream); r != hipSuccess) return r;
   if (!dst || !Inside(call.s, src, n)) return hipErrorInvalidValue;
   if (Registered(call.s, dst, n)) ++call.s.registered_copies;
-  std::memcpy(dst, src, n);
+  Submit(call.s, stream, [=](State&) { std::memcpy(dst, src, n); });
+  if (!Pinned(call.s, dst, n)) RunQueued(call.s, stream);  // into pageable memory the call waits
   return hipSuccess;
 }
 
@@ -633,7 +716,7 @@ FAKE_HIP_EXPORT hipError_t hipMemcpyDtoDAsync(hipDeviceptr_t dst, hipDeviceptr_t
   if (hipError_t r = call.blocked(); r != hipSuccess) return r;
   if (hipError_t r = UsableStream(call.s, stream); r != hipSuccess) return r;
   if (!Inside(call.s, dst, n) || !Inside(call.s, src, n)) return hipErrorInvalidValue;
-  std::memmove(dst, src, n);
+  Submit(call.s, stream, [=](State&) { std::memmove(dst, src, n); });
   return hipSuccess;
 }
 
@@ -683,9 +766,9 @@ FAKE_HIP_EXPORT hipError_t hipModuleGetFunction(hipFunction_t* function, hipModu
   return hipSuccess;
 }
 
-// Checks the launch and runs nothing, except that a kernel named "fault" faults the
-// device. Like a real launch it returns before the kernel runs: the calls that follow
-// report the fault.
+// Checks the launch and, in its turn, runs nothing, except that a kernel named "fault",
+// or one whose module has been unloaded by then, faults the device. Like a real launch it
+// returns before the kernel runs: the calls that follow report the fault.
 FAKE_HIP_EXPORT hipError_t hipModuleLaunchKernel(hipFunction_t f, unsigned int gx, unsigned int gy, unsigned int gz,
                                                  unsigned int bx, unsigned int by, unsigned int bz,
                                                  unsigned int shared_bytes, hipStream_t stream, void** params,
@@ -695,7 +778,10 @@ FAKE_HIP_EXPORT hipError_t hipModuleLaunchKernel(hipFunction_t f, unsigned int g
   if (hipError_t r = UsableStream(call.s, stream); r != hipSuccess) return r;
   const unsigned grid[3] = {gx, gy, gz}, block[3] = {bx, by, bz};
   if (hipError_t r = CheckLaunch(call.s, f, grid, block, shared_bytes, params, extra); r != hipSuccess) return r;
-  if (f->name == "fault") call.s.faulted = true;
+  const std::string name = f->name;
+  Submit(call.s, stream, [=](State& s) {
+    if (name == "fault" || !s.functions.count(f)) s.faulted = true;
+  });
   return hipSuccess;
 }
 
@@ -845,20 +931,25 @@ FAKE_HIP_EXPORT hipError_t hipGraphLaunch(hipGraphExec_t exec, hipStream_t strea
   if (hipError_t r = UsableStream(call.s, stream); r != hipSuccess) return r;
   if (!call.s.execs.count(exec)) return hipErrorInvalidValue;
   if (exec->device != t_device) return hipErrorInvalidDevice;
-  for (const auto& [handle, n] : exec->nodes) {
-    if (n.function) {
-      if (!call.s.functions.count(n.function) || n.name == "fault") {
-        call.s.faulted = true;
-        break;
+  // The nodes as they are now: an update after the launch changes later launches only.
+  auto nodes = std::make_shared<std::vector<hipGraphNode>>();
+  for (const auto& [handle, n] : exec->nodes) nodes->push_back(n);
+  Submit(call.s, stream, [nodes](State& s) {
+    for (const hipGraphNode& n : *nodes) {
+      if (n.function) {
+        if (!s.functions.count(n.function) || n.name == "fault") {
+          s.faulted = true;
+          return;
+        }
+        continue;
       }
-      continue;
+      if (!Inside(s, n.src, n.bytes) || !Inside(s, n.dst, n.bytes)) {
+        s.faulted = true;
+        return;
+      }
+      std::memmove(n.dst, n.src, n.bytes);
     }
-    if (!Inside(call.s, n.src, n.bytes) || !Inside(call.s, n.dst, n.bytes)) {
-      call.s.faulted = true;
-      break;
-    }
-    std::memmove(n.dst, n.src, n.bytes);
-  }
+  });
   return hipSuccess;
 }
 

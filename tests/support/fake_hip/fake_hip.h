@@ -19,15 +19,26 @@
 //   settings), or a clang offload bundle holding one for that target; another target is
 //   hipErrorNoBinaryForGpu, anything else hipErrorInvalidImage. hipModuleGetFunction
 //   finds a kernel by its name when the image has its kernel descriptor ("name.kd");
-// - kernels do not run: a kernel launch or kernel node whose function is named "fault"
-//   makes the sticky fault instead, as does a graph whose memcpy node reaches memory freed
-//   since it was set. From then on every call that uses the device returns
-//   hipErrorIllegalAddress (what ROCm reports for a kernel's memory fault, where it does
-//   not abort the process); releases still release. hipDeviceReset frees everything of
-//   the device and clears the fault;
-// - graph launches perform their memcpy nodes in node order; hipGraphExecKernelNodeSetParams
-//   and hipGraphExecMemcpyNodeSetParams1D retarget an instantiated node, checked as a new
-//   node is.
+// - work runs when it is waited for, as on a GPU some time after the call that submitted
+//   it: copies, memsets, kernel launches and graph launches queue on their stream and
+//   run, in submission order, at a synchronize of that stream (of the null stream: of
+//   every stream), at a synchronize of an event recorded after them, or when the stream
+//   ends; hipFree, hipHostFree and hipHostUnregister wait for all work first, and
+//   hipDeviceReset drops it. Pageable host memory is taken at the call (a copy to the
+//   device reads it then; one from the device runs the stream's work and copies before
+//   it returns); page-locked memory (registered or hipHostMalloc's) is read or written in
+//   the copy's turn. So a missing wait shows as stale bytes, and a staging buffer reused
+//   too early as the wrong ones;
+// - kernels do not run: a kernel launch or kernel node, in its turn, whose function is
+//   named "fault" or whose module has been unloaded since, makes the sticky fault instead,
+//   as does a graph whose memcpy node reaches memory freed since it was set. From then on
+//   every call that uses the device returns hipErrorIllegalAddress (what ROCm reports for
+//   a kernel's memory fault, where it does not abort the process); releases still release
+//   and queued work is dropped. hipDeviceReset frees everything of the device and clears
+//   the fault;
+// - graph launches perform their memcpy nodes in node order, with the nodes as they were
+//   at the launch; hipGraphExecKernelNodeSetParams and hipGraphExecMemcpyNodeSetParams1D
+//   retarget an instantiated node (for later launches), checked as a new node is.
 //
 // hiprtc: the fake exports hiprtc's entry points, so HipLibrary finds them inside the
 // runtime (as on ROCm 5) and never pairs the fake with a real libhiprtc. They compile
