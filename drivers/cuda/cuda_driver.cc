@@ -196,8 +196,14 @@ class CudaDevice : public Device {
 
 class CudaKernel : public Kernel {
  public:
-  CudaKernel(CudaContext* context, CUmodule module, CUfunction function, Signature signature)
-      : context_(context), module_(module), function_(function), signature_(std::move(signature)) {}
+  CudaKernel(CudaContext* context, CUmodule module, CUfunction function, Signature signature, std::string entry,
+             uint64_t max_threads)
+      : context_(context),
+        module_(module),
+        function_(function),
+        signature_(std::move(signature)),
+        entry_(std::move(entry)),
+        max_threads_(max_threads) {}
   // A launch of the kernel may still be queued on the session's stream (a launch without
   // wait, then the program freed; a graph of it replayed, then dropped): the module goes
   // only once that has run, as unloading code a kernel still runs is undefined. (Kernels
@@ -210,11 +216,25 @@ class CudaKernel : public Kernel {
   const Signature& signature() const override { return signature_; }
   CUfunction function() const { return function_; }
 
+  // INVALID_ARGUMENT when a block of `local` has more threads than the kernel runs in one
+  // (CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK: its launch bounds, or what its registers
+  // allow, within the device's limit), which the driver would refuse only at the launch
+  // or the node's update.
+  absl::Status CheckBlock(const Dim3& local) const {
+    const uint64_t threads = local[0] * local[1] * local[2];
+    if (threads <= max_threads_) return absl::OkStatus();
+    return absl::InvalidArgumentError(absl::StrCat("kernel ", entry_, " runs at most ", max_threads_,
+                                                   " threads a block (its launch bounds or registers); local ",
+                                                   local[0], "x", local[1], "x", local[2], " is ", threads));
+  }
+
  private:
   CudaContext* const context_;
   const CUmodule module_;
   const CUfunction function_;
   const Signature signature_;
+  const std::string entry_;
+  const uint64_t max_threads_;
 };
 
 // The sizes of the first `limit` parameters of `f` as its image lays them out
@@ -295,7 +315,10 @@ class CudaGraph : public DeviceGraph {
           return s;
         continue;
       }
-      n.function = static_cast<const CudaKernel*>(nodes[i].kernel)->function();
+      const auto* kernel = static_cast<const CudaKernel*>(nodes[i].kernel);
+      if (absl::Status s = kernel->CheckBlock(nodes[i].local); !s.ok()) return s;
+      n.function = kernel->function();
+      n.kernel = kernel;
       n.params = std::make_unique<KernelParams>(nodes[i].kernel->signature());
       n.params->Pack(nodes[i].args);
       n.global = nodes[i].global;
@@ -323,6 +346,7 @@ class CudaGraph : public DeviceGraph {
       if (s.ok()) n.copy = {args[0].address, args[1].address, n.copy[2]};
       return s;
     }
+    if (absl::Status s = n.kernel->CheckBlock(local); !s.ok()) return s;  // before anything changes
     const bool changed = n.params->Pack(args) || n.stale || n.global != global || n.local != local;
     if (!changed) return absl::OkStatus();  // the instantiated node already has these values
     n.stale = true;  // the packed block now differs from the node until the driver takes it
@@ -344,6 +368,7 @@ class CudaGraph : public DeviceGraph {
 
  private:
   struct Node {
+    const CudaKernel* kernel = nullptr;  // null: a copy
     CUfunction function = nullptr;
     CUgraphNode node = nullptr;
     std::unique_ptr<KernelParams> params;  // heap: the node's kernelParams point into it; null: a copy
@@ -592,7 +617,14 @@ absl::StatusOr<std::unique_ptr<Kernel>> CudaContext::Load(const ProgramSource& s
     return absl::InvalidArgumentError(absl::StrCat(source.format, " kernel ", module_artifact->entry, " takes ", takes,
                                                    "; its signature declares ", list(declared)));
   }
-  return std::make_unique<CudaKernel>(this, module, function, source.signature);
+  int max_threads = 0;
+  r = cu.cuFuncGetAttribute(&max_threads, CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK, function);
+  if (r != CUDA_SUCCESS || max_threads <= 0) {
+    cu.cuModuleUnload(module);
+    return Check(r == CUDA_SUCCESS ? CUDA_ERROR_INVALID_VALUE : r, "cuFuncGetAttribute");
+  }
+  return std::make_unique<CudaKernel>(this, module, function, source.signature, module_artifact->entry,
+                                      static_cast<uint64_t>(max_threads));
 }
 
 absl::StatusOr<std::optional<absl::Duration>> CudaContext::Launch(const Kernel& kernel, std::span<const ArgValue> args,
@@ -601,7 +633,9 @@ absl::StatusOr<std::optional<absl::Duration>> CudaContext::Launch(const Kernel& 
   thread_local KernelParams params;
   params.Layout(kernel.signature());
   params.Pack(args);
-  const CUfunction f = static_cast<const CudaKernel&>(kernel).function();
+  const auto& cuda_kernel = static_cast<const CudaKernel&>(kernel);
+  if (absl::Status s = cuda_kernel.CheckBlock(local); !s.ok()) return s;
+  const CUfunction f = cuda_kernel.function();
   return Timed(wait, [&] {
     return device_->cu().cuLaunchKernel(f, static_cast<unsigned>(global[0]), static_cast<unsigned>(global[1]),
                                         static_cast<unsigned>(global[2]), static_cast<unsigned>(local[0]),

@@ -88,6 +88,7 @@ absl::StatusOr<std::unique_ptr<CudaLibrary>> CudaLibrary::Load() {
   REPLAYD_RESOLVE(cuModuleUnload)
   REPLAYD_RESOLVE(cuModuleGetFunction)
   REPLAYD_RESOLVE(cuFuncGetParamInfo)
+  REPLAYD_RESOLVE(cuFuncGetAttribute)
   REPLAYD_RESOLVE(cuLaunchKernel)
   REPLAYD_RESOLVE(cuEventCreate)
   REPLAYD_RESOLVE(cuEventDestroy)

@@ -70,6 +70,7 @@ class CudaLibrary {
   REPLAYD_CUDA_ENTRY(cuModuleUnload)
   REPLAYD_CUDA_ENTRY(cuModuleGetFunction)
   REPLAYD_CUDA_ENTRY(cuFuncGetParamInfo)
+  REPLAYD_CUDA_ENTRY(cuFuncGetAttribute)
   REPLAYD_CUDA_ENTRY(cuLaunchKernel)
   REPLAYD_CUDA_ENTRY(cuEventCreate)
   REPLAYD_CUDA_ENTRY(cuEventDestroy)

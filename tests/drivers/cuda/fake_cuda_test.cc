@@ -260,7 +260,7 @@ TEST_F(FakeCudaDriverTest, AKernelsParametersAreReadFromItsImage) {
   const std::string ptx =
       ".version 8.0\n.target sm_90\n.address_size 64\n"
       ".visible .entry k(\n\t.param .u64 .ptr .global .align 1 k_param_0,\n\t.param .u32 k_param_1,\n"
-      "\t.param .align 16 .b8 k_param_2[24],\n\t.param .u16 k_param_3\n)\n{\n\tret;\n}\n";
+      "\t.param .align 16 .b8 k_param_2[24],\n\t.param .u16 k_param_3\n)\n.maxntid 64, 2, 1\n{\n\tret;\n}\n";
   CUmodule module = nullptr;
   ASSERT_EQ(cu->cuModuleLoadDataEx(&module, ptx.c_str(), 0, nullptr, nullptr), CUDA_SUCCESS);
   CUfunction f = nullptr;
@@ -273,6 +273,9 @@ TEST_F(FakeCudaDriverTest, AKernelsParametersAreReadFromItsImage) {
   }
   size_t offset = 0, size = 0;
   EXPECT_EQ(cu->cuFuncGetParamInfo(f, 4, &offset, &size), CUDA_ERROR_INVALID_VALUE) << "past the last";
+  int max_threads = 0;
+  EXPECT_EQ(cu->cuFuncGetAttribute(&max_threads, CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK, f), CUDA_SUCCESS);
+  EXPECT_EQ(max_threads, 128) << "its .maxntid";
   EXPECT_EQ(cu->cuLaunchKernel(f, 1, 1, 1, 1, 1, 1, 0, nullptr, nullptr, nullptr), CUDA_ERROR_INVALID_VALUE)
       << "no arguments for a kernel that takes four";
   uint64_t address = 0;
@@ -280,7 +283,9 @@ TEST_F(FakeCudaDriverTest, AKernelsParametersAreReadFromItsImage) {
   uint8_t blob[24] = {};
   uint16_t h = 0;
   void* args[] = {&address, &n, blob, &h};
-  EXPECT_EQ(cu->cuLaunchKernel(f, 1, 1, 1, 1, 1, 1, 0, nullptr, args, nullptr), CUDA_SUCCESS);
+  EXPECT_EQ(cu->cuLaunchKernel(f, 1, 1, 1, 256, 1, 1, 0, nullptr, args, nullptr), CUDA_ERROR_INVALID_VALUE)
+      << "past its launch bounds";
+  EXPECT_EQ(cu->cuLaunchKernel(f, 1, 1, 1, 128, 1, 1, 0, nullptr, args, nullptr), CUDA_SUCCESS);
   EXPECT_EQ(cu->cuStreamSynchronize(nullptr), CUDA_SUCCESS) << "the kernel runs before its module goes";
   EXPECT_EQ(cu->cuModuleUnload(module), CUDA_SUCCESS);
   EXPECT_EQ(cu->cuCtxDestroy(ctx), CUDA_SUCCESS);
@@ -488,6 +493,51 @@ TEST_P(FakeCudaDaemonTest, AProgramFreedWithALaunchInFlightOutlivesTheLaunch) {
   EXPECT_OK(session_->Launch(again, {View{&out}, View{&a}, View{&b}, int64_t{kN}}, {4, 1, 1}, {64, 1, 1},
                              /*wait=*/true)
                 .status());
+}
+
+constexpr char kBoundedSourceCuda[] = R"(
+extern "C" __global__ void __launch_bounds__(64) add(float *out, const float *a, const float *b, int n) {
+  int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < n) out[i] = a[i] + b[i];
+}
+)";
+
+// A kernel runs at most as many threads a block as its launch bounds (or registers)
+// allow: a launch that asks more, eager or captured, is INVALID_ARGUMENT naming the
+// kernel's limit, before the driver is asked; within them it runs and replays. In every
+// format.
+TEST_P(FakeCudaDaemonTest, ABlockPastTheKernelsLaunchBoundsIsRefused) {
+  absl::StatusOr<std::unique_ptr<Nvrtc>> nvrtc = Nvrtc::Load();
+  if (!nvrtc.ok()) GTEST_SKIP() << "no NVRTC: " << nvrtc.status();
+  ASSERT_OK_AND_ASSIGN(NvrtcModule ptx, (*nvrtc)->Compile(kBoundedSourceCuda, "add", "sm_90", {}, NvrtcOutput::kPtx));
+  ASSERT_OK_AND_ASSIGN(NvrtcModule cubin,
+                       (*nvrtc)->Compile(kBoundedSourceCuda, "add", "sm_90", {}, NvrtcOutput::kCubin));
+  const v1::Signature signature = *ParseSignature("out,in,in,int32");
+  Buffer a = Alloc(kN * 4), b = Alloc(kN * 4), out = Alloc(kN * 4);
+  for (const auto& [format, code] : std::vector<std::pair<std::string, std::string>>{
+           {"cuda-c", kBoundedSourceCuda}, {"cuda-ptx", ptx.image}, {"cuda-cubin", cubin.image}}) {
+    SCOPED_TRACE(format);
+    ASSERT_OK_AND_ASSIGN(Program p, session_->Load(ProgramSpec{format, code, "add", signature, {}}));
+    auto refused = session_->Launch(p, {View{&out}, View{&a}, View{&b}, int64_t{kN}}, {2, 1, 1}, {128, 1, 1},
+                                    /*wait=*/true);
+    EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument) << refused.status();
+    EXPECT_THAT(std::string(refused.status().message()),
+                HasSubstr("kernel add runs at most 64 threads a block (its launch bounds or registers); "
+                          "local 128x1x1 is 128"));
+    EXPECT_OK(session_->Launch(p, {View{&out}, View{&a}, View{&b}, int64_t{kN}}, {4, 1, 1}, {64, 1, 1},
+                               /*wait=*/true)
+                  .status());
+    // A capture runs its launches as it records them: the same launch is refused there,
+    // and the capture goes on.
+    ASSERT_OK(session_->BeginCapture({&a, &b}, {}));
+    auto captured = session_->Launch(p, {View{&out}, View{&a}, View{&b}, int64_t{kN}}, {2, 1, 1}, {128, 1, 1},
+                                     /*wait=*/true);
+    EXPECT_EQ(captured.status().code(), absl::StatusCode::kInvalidArgument) << captured.status();
+    EXPECT_THAT(std::string(captured.status().message()), HasSubstr("runs at most 64 threads a block"));
+    ASSERT_OK(session_->Launch(p, {View{&out}, View{&a}, View{&b}, int64_t{kN}}, {4, 1, 1}, {64, 1, 1}).status());
+    ASSERT_OK_AND_ASSIGN(Graph graph, session_->EndCapture({&out}));
+    EXPECT_OK(session_->Replay(graph, {&a, &b, &out}, /*wait=*/true).status());
+  }
 }
 
 // The driver reads one argument per parameter the kernel takes, as many bytes as each

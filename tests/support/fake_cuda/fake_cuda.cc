@@ -56,10 +56,15 @@ struct KernelParam {
   size_t offset = 0;
   size_t size = 0;
 };
+// What the fake knows of a kernel from its module's image.
+struct KernelInfo {
+  std::vector<KernelParam> params;
+  unsigned max_threads = 1024;  // a block's, from its launch bounds (.maxntid, .reqntid)
+};
 struct CUfunc_st {
   CUmodule module;
   std::string name;
-  std::vector<KernelParam> params;
+  KernelInfo info;
 };
 struct CUmod_st {
   CUcontext ctx;
@@ -255,7 +260,8 @@ CUresult CheckLaunch(const State& s, CUfunction f, const unsigned grid[3], const
       return CUDA_ERROR_INVALID_VALUE;
     threads *= block[d];
   }
-  if (threads > kMaxThreadsPerBlock || shared_bytes > kMaxSharedPerBlock) return CUDA_ERROR_INVALID_VALUE;
+  if (threads > kMaxThreadsPerBlock || threads > f->info.max_threads || shared_bytes > kMaxSharedPerBlock)
+    return CUDA_ERROR_INVALID_VALUE;
   if (params && extra) return CUDA_ERROR_INVALID_VALUE;
   return CUDA_SUCCESS;
 }
@@ -418,10 +424,11 @@ bool DefinesKernel(const std::string& image, const std::string& name) {
   return false;
 }
 
-// The parameters of PTX kernel `name`, from its `.entry name(...)` list: each
-// `.param [.ptr .global .align N] .TYPE name[COUNT]`, laid out at its alignment.
-// Nullopt when the list cannot be read.
-std::optional<std::vector<KernelParam>> PtxParams(const std::string& image, const std::string& name) {
+// PTX kernel `name` from its `.entry name(...)` list, each parameter
+// `.param [.ptr .global .align N] .TYPE name[COUNT]` laid out at its alignment, and the
+// `.maxntid X[, Y[, Z]]` or `.reqntid` that follows it. Nullopt when the list cannot be
+// read.
+std::optional<KernelInfo> PtxKernelInfo(const std::string& image, const std::string& name) {
   for (size_t at = image.find(".entry " + name); at != std::string::npos; at = image.find(".entry " + name, at + 1)) {
     size_t i = at + 7 + name.size();
     while (i < image.size() && std::isspace(static_cast<unsigned char>(image[i]))) ++i;
@@ -477,17 +484,38 @@ std::optional<std::vector<KernelParam>> PtxParams(const std::string& image, cons
       params.push_back({offset, element * count});
       end = offset + element * count;
     }
-    return params;
+    KernelInfo info{std::move(params)};
+    const size_t body = image.find('{', close);
+    const std::string_view directives(image.data() + close, (body == std::string::npos ? image.size() : body) - close);
+    for (const char* bound : {".maxntid", ".reqntid"}) {
+      const size_t at = directives.find(bound);
+      if (at == std::string_view::npos) continue;
+      uint64_t threads = 1;
+      const char* p = directives.data() + at + std::strlen(bound);
+      for (int d = 0; d < 3; ++d) {
+        char* after = nullptr;
+        const unsigned long n = std::strtoul(p, &after, 10);
+        if (after == p) break;
+        threads *= n;
+        p = after;
+        while (*p == ' ' || *p == '\t') ++p;
+        if (*p != ',') break;
+        ++p;
+      }
+      info.max_threads = static_cast<unsigned>(std::min<uint64_t>(info.max_threads, threads));
+    }
+    return info;
   }
   return std::nullopt;
 }
 
-// The parameters of cubin kernel `name`, from its `.nv.info.<name>` section: records of
-// a format byte (2 and 3: a 1- or 2-byte value in the record's 4 bytes; 4: a 2-byte size,
-// then that many bytes) and an attribute byte. KPARAM_INFO (0x17) gives a parameter's ordinal and offset (2 bytes
-// each, after a 4-byte index) and its size (bits 18 and up of the next 4 bytes).
-// Nullopt when the section is missing or does not parse.
-std::optional<std::vector<KernelParam>> CubinParams(const std::string& image, const std::string& name) {
+// Cubin kernel `name` from its `.nv.info.<name>` section: records of a format byte (2
+// and 3: a 1- or 2-byte value in the record's 4 bytes; 4: a 2-byte size, then that many
+// bytes) and an attribute byte. KPARAM_INFO (0x17) gives a parameter's ordinal and
+// offset (2 bytes each, after a 4-byte index) and its size (bits 18 and up of the next 4
+// bytes); MAX_THREADS (0x05) the launch bounds, X, Y and Z in 4 bytes each. Nullopt when
+// the section is missing or does not parse.
+std::optional<KernelInfo> CubinKernelInfo(const std::string& image, const std::string& name) {
   Elf64_Ehdr eh;
   if (image.size() < sizeof eh) return std::nullopt;
   std::memcpy(&eh, image.data(), sizeof eh);
@@ -513,6 +541,7 @@ std::optional<std::vector<KernelParam>> CubinParams(const std::string& image, co
     const std::optional<std::string_view> info = bytes(sh);
     if (!info) return std::nullopt;
     std::map<uint16_t, KernelParam> by_ordinal;
+    KernelInfo kernel;
     for (size_t at = 0; at < info->size();) {
       if (info->size() - at < 4) return std::nullopt;
       const uint8_t format = (*info)[at], attribute = (*info)[at + 1];
@@ -531,15 +560,20 @@ std::optional<std::vector<KernelParam>> CubinParams(const std::string& image, co
         std::memcpy(&offset, info->data() + at + 10, 2);
         std::memcpy(&packed, info->data() + at + 12, 4);
         by_ordinal[ordinal] = KernelParam{offset, packed >> 18};
+      } else if (attribute == 0x05) {
+        if (size < 12) return std::nullopt;
+        uint32_t xyz[3];
+        std::memcpy(xyz, info->data() + at + 4, sizeof xyz);
+        kernel.max_threads =
+            static_cast<unsigned>(std::min<uint64_t>(kernel.max_threads, uint64_t{xyz[0]} * xyz[1] * xyz[2]));
       }
       at += 4 + size;
     }
-    std::vector<KernelParam> params;
     for (const auto& [ordinal, param] : by_ordinal) {
-      if (ordinal != params.size()) return std::nullopt;
-      params.push_back(param);
+      if (ordinal != kernel.params.size()) return std::nullopt;
+      kernel.params.push_back(param);
     }
-    return params;
+    return kernel;
   }
   return std::nullopt;
 }
@@ -549,12 +583,13 @@ std::optional<std::vector<KernelParam>> CubinParams(const std::string& image, co
 // than the parameter, is a read past its end (which a sanitized build reports).
 CUresult ReadParams(CUfunction f, void** params, void** extra) {
   if (extra) return CUDA_SUCCESS;  // CheckLaunch has refused both at once
-  if (!f->params.empty() && !params) return CUDA_ERROR_INVALID_VALUE;
+  const std::vector<KernelParam>& kernel_params = f->info.params;
+  if (!kernel_params.empty() && !params) return CUDA_ERROR_INVALID_VALUE;
   static volatile uint8_t sink;
-  for (size_t i = 0; i < f->params.size(); ++i) {
+  for (size_t i = 0; i < kernel_params.size(); ++i) {
     if (!params[i]) return CUDA_ERROR_INVALID_VALUE;
     uint8_t value[4096];
-    std::memcpy(value, params[i], std::min(f->params[i].size, sizeof value));
+    std::memcpy(value, params[i], std::min(kernel_params[i].size, sizeof value));
     sink = sink ^ value[0];
   }
   return CUDA_SUCCESS;
@@ -1057,7 +1092,8 @@ CUresult ModuleUnload(CUmodule module) {
 }
 
 // CUDA_ERROR_NOT_FOUND unless the image defines the kernel; one handle per name. Its
-// parameters are read from the image (PtxParams, CubinParams): one the fake cannot read
+// parameters and launch bounds are read from the image (PtxKernelInfo, CubinKernelInfo):
+// one the fake cannot read
 // is CUDA_ERROR_INVALID_PTX or CUDA_ERROR_INVALID_IMAGE.
 CUresult ModuleGetFunction(CUfunction* function, CUmodule module, const char* name) {
   Call call;
@@ -1071,10 +1107,9 @@ CUresult ModuleGetFunction(CUfunction* function, CUmodule module, const char* na
     }
   if (!DefinesKernel(module->image, name)) return CUDA_ERROR_NOT_FOUND;
   const bool cubin = module->image.compare(0, SELFMAG, ELFMAG) == 0;
-  std::optional<std::vector<KernelParam>> params =
-      cubin ? CubinParams(module->image, name) : PtxParams(module->image, name);
-  if (!params) return cubin ? CUDA_ERROR_INVALID_IMAGE : CUDA_ERROR_INVALID_PTX;
-  module->functions.push_back(std::make_unique<CUfunc_st>(CUfunc_st{module, name, std::move(*params)}));
+  std::optional<KernelInfo> info = cubin ? CubinKernelInfo(module->image, name) : PtxKernelInfo(module->image, name);
+  if (!info) return cubin ? CUDA_ERROR_INVALID_IMAGE : CUDA_ERROR_INVALID_PTX;
+  module->functions.push_back(std::make_unique<CUfunc_st>(CUfunc_st{module, name, std::move(*info)}));
   *function = module->functions.back().get();
   call.s.functions.insert(*function);
   return CUDA_SUCCESS;
@@ -1088,9 +1123,21 @@ CUresult FuncGetParamInfo(CUfunction f, size_t index, size_t* offset, size_t* si
   Call call;
   if (CUresult r = call.blocked(); r != CUDA_SUCCESS) return r;
   if (!f || !call.s.functions.count(f)) return CUDA_ERROR_INVALID_HANDLE;
-  if (!offset || index >= f->params.size()) return CUDA_ERROR_INVALID_VALUE;
-  *offset = f->params[index].offset;
-  if (size) *size = f->params[index].size;
+  if (!offset || index >= f->info.params.size()) return CUDA_ERROR_INVALID_VALUE;
+  *offset = f->info.params[index].offset;
+  if (size) *size = f->info.params[index].size;
+  return CUDA_SUCCESS;
+}
+
+// CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK: the kernel's launch bounds, or the device's
+// limit (the fake has no registers to run short of). Other attributes are not served.
+CUresult FuncGetAttribute(int* value, CUfunction_attribute attribute, CUfunction f) {
+  Call call;
+  if (CUresult r = call.blocked(); r != CUDA_SUCCESS) return r;
+  if (!f || !call.s.functions.count(f)) return CUDA_ERROR_INVALID_HANDLE;
+  if (!value) return CUDA_ERROR_INVALID_VALUE;
+  if (attribute != CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK) return CUDA_ERROR_NOT_SUPPORTED;
+  *value = static_cast<int>(f->info.max_threads);
   return CUDA_SUCCESS;
 }
 
@@ -1310,6 +1357,7 @@ const std::pair<std::string_view, void*> kEntries[] = {
     FAKE_CUDA_ENTRY(cuModuleUnload, ModuleUnload),
     FAKE_CUDA_ENTRY(cuModuleGetFunction, ModuleGetFunction),
     FAKE_CUDA_ENTRY(cuFuncGetParamInfo, FuncGetParamInfo),
+    FAKE_CUDA_ENTRY(cuFuncGetAttribute, FuncGetAttribute),
     FAKE_CUDA_ENTRY(cuLaunchKernel, LaunchKernel),
     FAKE_CUDA_ENTRY(cuEventCreate, EventCreate),
     FAKE_CUDA_ENTRY(cuEventDestroy, EventDestroy),

@@ -30,6 +30,12 @@
 //   From then on every call of the library that involves a context, new contexts
 //   included, returns CUDA_ERROR_ILLEGAL_ADDRESS, as an H200 did after a kernel's illegal
 //   access; releases still release, and queued work is dropped.
+// - a kernel's parameters and launch bounds are read from its image (a PTX .entry's list
+//   and .maxntid or .reqntid, a cubin's .nv.info section) and answered by
+//   cuFuncGetParamInfo and cuFuncGetAttribute (MAX_THREADS_PER_BLOCK); a launch, kernel
+//   node or node update reads one argument pointer per parameter and each parameter's
+//   bytes through it, as the driver does, refuses missing ones, and refuses a block past
+//   the launch bounds;
 // - graph launches perform their memcpy nodes in node order, with the nodes as they were
 //   at the launch (an update afterwards changes later launches only).
 // - cuMemHostRegister refuses a range that overlaps one registered (or cuMemHostAlloc's
