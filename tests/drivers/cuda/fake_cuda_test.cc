@@ -540,6 +540,44 @@ TEST_P(FakeCudaDaemonTest, ABlockPastTheKernelsLaunchBoundsIsRefused) {
   }
 }
 
+// A defined graph whose block size is a variable: a replay that asks more threads a
+// block than the kernel's launch bounds is refused, at instantiation or at the node's
+// update alike, and the next replay within them runs.
+TEST_P(FakeCudaDaemonTest, AGraphNodePastTheKernelsLaunchBoundsIsRefusedAtItsReplay) {
+  absl::StatusOr<std::unique_ptr<Nvrtc>> nvrtc = Nvrtc::Load();
+  if (!nvrtc.ok()) GTEST_SKIP() << "no NVRTC: " << nvrtc.status();
+  ASSERT_OK_AND_ASSIGN(Program p, session_->Load(ProgramSpec{"cuda-c", kBoundedSourceCuda, "add",
+                                                             *ParseSignature("out,in,in,int32"), {}}));
+  v1::GraphDef def;
+  v1::Variable* t = def.add_variables();
+  t->set_name("t");
+  t->set_min(32);
+  t->set_max(128);
+  t->set_multiple_of(32);
+  for (int i = 0; i < 3; ++i) {
+    v1::Slot* slot = def.add_slots();
+    slot->set_kind(v1::Slot::PARAMETER);
+    slot->set_bytes(kN * 4);
+  }
+  v1::GraphCall* call = def.add_calls();
+  call->set_program(p.handle());
+  for (uint32_t slot : {2u, 0u, 1u}) call->add_args()->mutable_view()->set_slot(slot);
+  call->add_args()->mutable_expr()->set_constant(kN);
+  call->add_global()->set_constant(kN / 32);
+  call->add_local()->set_variable("t");
+  ASSERT_OK_AND_ASSIGN(Graph graph, session_->DefineGraph(def));
+  Buffer a = Alloc(kN * 4), b = Alloc(kN * 4), out = Alloc(kN * 4);
+  for (int64_t threads : {128, 64, 128, 32}) {
+    auto replayed = session_->Replay(graph, {&a, &b, &out, threads}, /*wait=*/true);
+    if (threads > 64) {
+      EXPECT_EQ(replayed.status().code(), absl::StatusCode::kInvalidArgument) << threads << ": " << replayed.status();
+      EXPECT_THAT(std::string(replayed.status().message()), HasSubstr("runs at most 64 threads a block")) << threads;
+    } else {
+      EXPECT_OK(replayed.status()) << threads;
+    }
+  }
+}
+
 // The driver reads one argument per parameter the kernel takes, as many bytes as each
 // has: a signature that differs from the kernel's own parameters (read from the image
 // in every format) is refused at Load, before anything could be launched with it.
