@@ -478,13 +478,10 @@ absl::Status CCompiler::Compile(const ProgramSource& source,
   absl::StatusOr<ProcessResult> built = step(std::move(build));
   if (!built.ok()) return built.status();
   std::ifstream reads_file(work / kAssemblerReadsName, std::ios::binary);
-  if (!reads_file) {
-    if (built->exit_code != 0) return failed(AssemblerDiagnostics(built->output));
-    return absl::InternalError("the assembler listed no file it read (--MD): the assembly cannot be checked");
-  }
-  const std::string reads((std::istreambuf_iterator<char>(reads_file)), std::istreambuf_iterator<char>());
-  const std::vector<std::string> read_files = MakeRuleFiles(reads);
-  if (read_files.empty())
+  if (!reads_file && built->exit_code != 0) return failed(AssemblerDiagnostics(built->output));
+  const std::vector<std::string> read_files = MakeRuleFiles(
+      std::string((std::istreambuf_iterator<char>(reads_file)), std::istreambuf_iterator<char>()));
+  if (read_files.empty())  // no list, or an empty one, from an assembler that succeeded
     return absl::InternalError("the assembler listed no file it read (--MD): the assembly cannot be checked");
   own.push_back(std::filesystem::canonical(work / kAssemblyName, ec));
   for (const std::string& name : read_files)

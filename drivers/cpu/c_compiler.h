@@ -76,9 +76,9 @@ class CCompiler {
   // Compiles `source` into a shared object at `output`, by way of a work directory
   // beside it. INVALID_ARGUMENT with the compiler's diagnostics on a compile error or a
   // rejected option, or naming (as the program wrote it, never quoting it) the first file
-  // the program includes, or its assembly reads, outside the system headers; DEADLINE_EXCEEDED past the time
-  // limit (the compiler is killed); INTERNAL when the compiler or its cage cannot be
-  // started. Thread-safe.
+  // the program includes, or its assembly reads, outside the system headers;
+  // DEADLINE_EXCEEDED past the time limit (the compiler is killed); INTERNAL when the
+  // compiler or its cage cannot be started. Thread-safe.
   absl::Status Compile(const ProgramSource& source,
                        const std::filesystem::path& output) const;
 

@@ -317,13 +317,12 @@ class CudaGraph : public DeviceGraph {
       }
       const auto* kernel = static_cast<const CudaKernel*>(nodes[i].kernel);
       if (absl::Status s = kernel->CheckBlock(nodes[i].local); !s.ok()) return s;
-      n.function = kernel->function();
       n.kernel = kernel;
       n.params = std::make_unique<KernelParams>(nodes[i].kernel->signature());
       n.params->Pack(nodes[i].args);
       n.global = nodes[i].global;
       n.local = nodes[i].local;
-      CUDA_KERNEL_NODE_PARAMS p = NodeParams(n.function, nodes[i].global, nodes[i].local, *n.params);
+      CUDA_KERNEL_NODE_PARAMS p = NodeParams(kernel->function(), nodes[i].global, nodes[i].local, *n.params);
       if (absl::Status s = context_->Check(
               cu.cuGraphAddKernelNode(&n.node, graph_, after[i].data(), after[i].size(), &p), "cuGraphAddKernelNode");
           !s.ok())
@@ -351,7 +350,7 @@ class CudaGraph : public DeviceGraph {
     if (!changed) return absl::OkStatus();  // the instantiated node already has these values
     n.stale = true;  // the packed block now differs from the node until the driver takes it
     if (absl::Status s = context_->Bind(); !s.ok()) return s;
-    CUDA_KERNEL_NODE_PARAMS p = NodeParams(n.function, global, local, *n.params);
+    CUDA_KERNEL_NODE_PARAMS p = NodeParams(n.kernel->function(), global, local, *n.params);
     absl::Status s = context_->Check(context_->cu().cuGraphExecKernelNodeSetParams(exec_, n.node, &p),
                                      "cuGraphExecKernelNodeSetParams");
     if (s.ok()) {
@@ -369,7 +368,6 @@ class CudaGraph : public DeviceGraph {
  private:
   struct Node {
     const CudaKernel* kernel = nullptr;  // null: a copy
-    CUfunction function = nullptr;
     CUgraphNode node = nullptr;
     std::unique_ptr<KernelParams> params;  // heap: the node's kernelParams point into it; null: a copy
     Dim3 global, local;                    // as the instantiated node has them

@@ -10,6 +10,7 @@
 // handles are checked, streams, events and functions must belong to the current context,
 // fresh device memory holds garbage, and memcpy nodes are 1D device-to-device copies.
 #include "tests/support/fake_cuda/fake_cuda.h"
+#include "tests/support/device_queues.h"
 
 #include <cuda.h>
 #include <elf.h>
@@ -133,16 +134,9 @@ struct State {
   std::unordered_map<CUgraph, std::unique_ptr<CUgraph_st>> graphs;
   std::unordered_map<CUgraphExec, std::unique_ptr<CUgraphExec_st>> execs;
   int reclaimed = 0;
-  // Work submitted to a stream and not yet run, by the stream's queue (QueueOf): a copy,
-  // memset, kernel or graph runs only when something waits for it, in submission order,
-  // as a GPU runs it some time after the call that submitted it.
-  struct Work {
-    uint64_t number;  // in submission order, over all queues
-    CUcontext ctx;
-    std::function<void(State&)> run;
-  };
-  std::map<const void*, std::deque<Work>> queued;
-  uint64_t submitted = 0;
+  // Work submitted to a stream and not yet run, by the stream's queue (QueueOf), its
+  // owner the context.
+  replayd::testing::DeviceQueues<State> work;
 };
 
 // Never destroyed: the daemon's threads may call the library until the process exits.
@@ -203,33 +197,6 @@ bool IsDefaultStream(CUstream stream) {
 // default stream.
 const void* QueueOf(CUstream stream, CUcontext ctx) {
   return IsDefaultStream(stream) ? static_cast<const void*>(ctx) : static_cast<const void*>(stream);
-}
-
-void Submit(State& s, const void* queue, CUcontext ctx, std::function<void(State&)> run) {
-  s.queued[queue].push_back(State::Work{++s.submitted, ctx, std::move(run)});
-}
-
-// Runs `queue`'s work up to number `last`, in order. After a fault the device runs
-// nothing more: what is queued is dropped.
-void RunQueued(State& s, const void* queue, uint64_t last = UINT64_MAX) {
-  auto it = s.queued.find(queue);
-  if (it == s.queued.end()) return;
-  while (!it->second.empty() && it->second.front().number <= last) {
-    State::Work work = std::move(it->second.front());
-    it->second.pop_front();
-    if (!s.faulted) work.run(s);
-  }
-  if (it->second.empty()) s.queued.erase(it);
-}
-
-// Runs the work of every queue that holds some of `ctx`'s (every queue: null), in
-// submission order.
-void RunAll(State& s, CUcontext ctx = nullptr) {
-  std::vector<const void*> queues;
-  for (const auto& [queue, work] : s.queued)
-    if (!ctx || std::any_of(work.begin(), work.end(), [&](const State::Work& w) { return w.ctx == ctx; }))
-      queues.push_back(queue);
-  for (const void* queue : queues) RunQueued(s, queue);
 }
 
 // Whether host range [p, p + n) is page-locked (cuMemHostRegister's or cuMemHostAlloc's):
@@ -732,7 +699,7 @@ CUresult CtxDestroy(CUcontext ctx) {
   if (!call.s.initialized) return CUDA_ERROR_NOT_INITIALIZED;
   if (!ctx || !KnownContext(call.s, ctx) || ctx->primary) return CUDA_ERROR_INVALID_CONTEXT;
   if (!ctx->alive) return CUDA_ERROR_CONTEXT_IS_DESTROYED;
-  RunAll(call.s, ctx);  // the context's end waits for its work
+  call.s.work.RunAll(call.s, ctx);  // the context's end waits for its work
   Reclaim(call.s, ctx);
   ctx->alive = false;
   if (!t_stack.empty() && t_stack.back() == ctx) t_stack.pop_back();
@@ -793,7 +760,7 @@ CUresult DevicePrimaryCtxRelease(CUdevice dev) {
   State& s = call.s;
   if (s.primary_refs == 0) return CUDA_ERROR_INVALID_CONTEXT;
   if (--s.primary_refs == 0) {
-    RunAll(s, s.primary);
+    s.work.RunAll(s, s.primary);
     Reclaim(s, s.primary);
     s.primary->alive = false;
   }
@@ -818,7 +785,7 @@ CUresult StreamDestroy(CUstream stream) {
   Call call;
   if (!call.s.initialized) return CUDA_ERROR_NOT_INITIALIZED;
   if (!call.s.streams.count(stream)) return CUDA_ERROR_INVALID_HANDLE;
-  RunQueued(call.s, stream);  // what it holds still runs, as on a GPU
+  call.s.work.RunQueue(call.s, stream);  // what it holds still runs, as on a GPU
   call.s.streams.erase(stream);
   return call.released();
 }
@@ -831,10 +798,10 @@ CUresult StreamSynchronize(CUstream stream) {
   CUcontext ctx = nullptr;
   if (IsDefaultStream(stream)) {
     if (CUresult r = Current(&ctx); r != CUDA_SUCCESS) return r;
-    RunAll(call.s, ctx);
+    call.s.work.RunAll(call.s, ctx);
   } else {
     if (!call.s.streams.count(stream)) return CUDA_ERROR_INVALID_HANDLE;
-    RunQueued(call.s, stream);
+    call.s.work.RunQueue(call.s, stream);
   }
   return call.blocked();
 }
@@ -870,7 +837,7 @@ CUresult EventRecord(CUevent event, CUstream stream) {
   event->recorded = true;
   event->at = std::chrono::steady_clock::now();
   event->queue = QueueOf(stream, ctx);
-  event->after = call.s.submitted;
+  event->after = call.s.work.submitted();
   return CUDA_SUCCESS;
 }
 
@@ -880,7 +847,7 @@ CUresult EventSynchronize(CUevent event) {
   Call call;
   if (CUresult r = call.blocked(); r != CUDA_SUCCESS) return r;
   if (!call.s.events.count(event)) return CUDA_ERROR_INVALID_HANDLE;
-  if (event->recorded) RunQueued(call.s, event->queue, event->after);
+  if (event->recorded) call.s.work.RunQueue(call.s, event->queue, event->after);
   return call.blocked();
 }
 
@@ -925,7 +892,7 @@ CUresult MemFree(CUdeviceptr dptr) {
   if (!call.s.initialized) return CUDA_ERROR_NOT_INITIALIZED;
   auto it = call.s.allocations.find(dptr);
   if (it == call.s.allocations.end()) return CUDA_ERROR_INVALID_VALUE;
-  RunAll(call.s);
+  call.s.work.RunAll(call.s);
   call.s.allocated -= it->second.bytes;
   std::free(reinterpret_cast<void*>(dptr));
   call.s.allocations.erase(it);
@@ -938,7 +905,7 @@ CUresult MemsetD8Async(CUdeviceptr dst, unsigned char value, size_t n, CUstream 
   CUcontext ctx = nullptr;
   if (CUresult r = UsableStream(call.s, stream, &ctx); r != CUDA_SUCCESS) return r;
   if (!Inside(call.s, dst, n, nullptr)) return CUDA_ERROR_INVALID_VALUE;
-  Submit(call.s, QueueOf(stream, ctx), ctx, [=](State&) { std::memset(reinterpret_cast<void*>(dst), value, n); });
+  call.s.work.Submit(QueueOf(stream, ctx), ctx, [=](State&) { std::memset(reinterpret_cast<void*>(dst), value, n); });
   return CUDA_SUCCESS;
 }
 
@@ -960,7 +927,7 @@ CUresult MemFreeHost(void* p) {
   Call call;
   if (!call.s.initialized) return CUDA_ERROR_NOT_INITIALIZED;
   if (!call.s.host_allocations.count(p)) return CUDA_ERROR_INVALID_VALUE;
-  RunAll(call.s);  // as the driver, it waits for the device first
+  call.s.work.RunAll(call.s);  // as the driver, it waits for the device first
   call.s.host_allocations.erase(p);
   std::free(p);
   return call.released();
@@ -1012,7 +979,7 @@ CUresult MemHostUnregister(void* p) {
   Call call;
   if (!call.s.initialized) return CUDA_ERROR_NOT_INITIALIZED;
   if (!call.s.registered.count(static_cast<const uint8_t*>(p))) return CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED;
-  RunAll(call.s);  // as the driver, it waits for the device first
+  call.s.work.RunAll(call.s);  // as the driver, it waits for the device first
   call.s.registered.erase(static_cast<const uint8_t*>(p));
   return CUDA_SUCCESS;
 }
@@ -1025,11 +992,11 @@ CUresult MemcpyHtoDAsync(CUdeviceptr dst, const void* src, size_t n, CUstream st
   if (!src || !Inside(call.s, dst, n, nullptr)) return CUDA_ERROR_INVALID_VALUE;
   if (RegisteredAt(call.s, src, n)) ++call.s.registered_copies;
   if (Pinned(call.s, src, n)) {
-    Submit(call.s, QueueOf(stream, ctx), ctx, [=](State&) { std::memcpy(reinterpret_cast<void*>(dst), src, n); });
+    call.s.work.Submit(QueueOf(stream, ctx), ctx, [=](State&) { std::memcpy(reinterpret_cast<void*>(dst), src, n); });
   } else {
     auto staged = std::make_shared<std::vector<uint8_t>>(static_cast<const uint8_t*>(src),
                                                          static_cast<const uint8_t*>(src) + n);
-    Submit(call.s, QueueOf(stream, ctx), ctx,
+    call.s.work.Submit(QueueOf(stream, ctx), ctx,
            [=](State&) { std::memcpy(reinterpret_cast<void*>(dst), staged->data(), n); });
   }
   return CUDA_SUCCESS;
@@ -1043,8 +1010,8 @@ CUresult MemcpyDtoHAsync(void* dst, CUdeviceptr src, size_t n, CUstream stream) 
   if (!dst || !Inside(call.s, src, n, nullptr)) return CUDA_ERROR_INVALID_VALUE;
   if (RegisteredAt(call.s, dst, n)) ++call.s.registered_copies;
   const void* queue = QueueOf(stream, ctx);
-  Submit(call.s, queue, ctx, [=](State&) { std::memcpy(dst, reinterpret_cast<const void*>(src), n); });
-  if (!Pinned(call.s, dst, n)) RunQueued(call.s, queue);  // into pageable memory the call waits
+  call.s.work.Submit(queue, ctx, [=](State&) { std::memcpy(dst, reinterpret_cast<const void*>(src), n); });
+  if (!Pinned(call.s, dst, n)) call.s.work.RunQueue(call.s, queue);  // into pageable memory the call waits
   return CUDA_SUCCESS;
 }
 
@@ -1054,7 +1021,7 @@ CUresult MemcpyDtoDAsync(CUdeviceptr dst, CUdeviceptr src, size_t n, CUstream st
   CUcontext ctx = nullptr;
   if (CUresult r = UsableStream(call.s, stream, &ctx); r != CUDA_SUCCESS) return r;
   if (!Inside(call.s, dst, n, nullptr) || !Inside(call.s, src, n, nullptr)) return CUDA_ERROR_INVALID_VALUE;
-  Submit(call.s, QueueOf(stream, ctx), ctx,
+  call.s.work.Submit(QueueOf(stream, ctx), ctx,
          [=](State&) { std::memmove(reinterpret_cast<void*>(dst), reinterpret_cast<const void*>(src), n); });
   return CUDA_SUCCESS;
 }
@@ -1153,7 +1120,7 @@ CUresult LaunchKernel(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsig
   if (CUresult r = ReadParams(f, params, extra); r != CUDA_SUCCESS) return r;
   // In its turn: a kernel named "fault", or one whose module is gone by then, faults.
   const std::string name = f->name;
-  Submit(call.s, QueueOf(stream, ctx), ctx, [=](State& s) {
+  call.s.work.Submit(QueueOf(stream, ctx), ctx, [=](State& s) {
     if (name == "fault" || !s.functions.count(f)) s.faulted = true;
   });
   return CUDA_SUCCESS;
@@ -1299,7 +1266,7 @@ CUresult GraphLaunch(CUgraphExec exec, CUstream stream) {
   // The nodes as they are now: an update after the launch changes later launches only.
   auto nodes = std::make_shared<std::vector<CUgraphNode_st>>();
   for (const auto& [handle, n] : exec->nodes) nodes->push_back(n);
-  Submit(call.s, QueueOf(stream, ctx), ctx, [nodes](State& s) {
+  call.s.work.Submit(QueueOf(stream, ctx), ctx, [nodes](State& s) {
     for (const CUgraphNode_st& n : *nodes) {
       if (n.function) {
         if (!s.functions.count(n.function) || n.name == "fault") {
@@ -1404,7 +1371,7 @@ extern "C" FAKE_CUDA_EXPORT void fake_cuda_reset(void) {
   State& s = call.s;
   for (const auto& [address, a] : s.allocations) std::free(reinterpret_cast<void*>(address));
   for (const auto& [p, a] : s.host_allocations) std::free(p);
-  s.queued.clear();
+  s.work.Clear();
   s.allocations.clear();
   s.allocated = 0;
   s.host_allocations.clear();

@@ -11,6 +11,7 @@
 // the runtime must be initialised first (hipInit), handles are checked, fresh device
 // memory holds garbage, and memcpy nodes are device-to-device copies.
 #include "tests/support/fake_hip/fake_hip.h"
+#include "tests/support/device_queues.h"
 
 #include <elf.h>
 #include <hip/hip_runtime_api.h>
@@ -110,15 +111,8 @@ struct State {
   std::unordered_map<hipGraphExec_t, std::unique_ptr<hipGraphExec>> execs;
   int reclaimed = 0;
   int resets = 0;
-  // Work submitted to a stream and not yet run, by stream (null: the null stream): a
-  // copy, memset, kernel or graph runs only when something waits for it, in submission
-  // order, as a GPU runs it some time after the call that submitted it.
-  struct Work {
-    uint64_t number;  // in submission order, over all streams
-    std::function<void(State&)> run;
-  };
-  std::map<hipStream_t, std::deque<Work>> queued;
-  uint64_t submitted = 0;
+  // Work submitted to a stream and not yet run, by stream (null: the null stream).
+  replayd::testing::DeviceQueues<State> work;
 };
 
 // Never destroyed: the daemon's threads may call the library until the process exits.
@@ -154,30 +148,6 @@ hipError_t UsableStream(const State& s, hipStream_t stream) {
   if (!stream) return hipSuccess;
   if (!s.streams.count(stream)) return hipErrorInvalidHandle;
   return stream->device == t_device ? hipSuccess : hipErrorInvalidHandle;
-}
-
-void Submit(State& s, hipStream_t stream, std::function<void(State&)> run) {
-  s.queued[stream].push_back(State::Work{++s.submitted, std::move(run)});
-}
-
-// Runs `stream`'s work up to number `last`, in order. After a fault the device runs
-// nothing more: what is queued is dropped.
-void RunQueued(State& s, hipStream_t stream, uint64_t last = UINT64_MAX) {
-  auto it = s.queued.find(stream);
-  if (it == s.queued.end()) return;
-  while (!it->second.empty() && it->second.front().number <= last) {
-    State::Work work = std::move(it->second.front());
-    it->second.pop_front();
-    if (!s.faulted) work.run(s);
-  }
-  if (it->second.empty()) s.queued.erase(it);
-}
-
-// Runs every stream's work.
-void RunAll(State& s) {
-  std::vector<hipStream_t> streams;
-  for (const auto& [stream, work] : s.queued) streams.push_back(stream);
-  for (hipStream_t stream : streams) RunQueued(s, stream);
 }
 
 // Whether host range [p, p + n) is page-locked (hipHostRegister's or hipHostMalloc's): the
@@ -305,7 +275,7 @@ void Reclaim(State& s, int device) {
   if (device != 0) return;
   for (const auto& [address, bytes] : s.allocations) std::free(reinterpret_cast<void*>(address));
   for (const auto& [p, bytes] : s.host_allocations) std::free(p);
-  s.queued.clear();  // a reset abandons the device's work
+  s.work.Clear();  // a reset abandons the device's work
   s.reclaimed += static_cast<int>(s.allocations.size() + s.host_allocations.size());
   s.allocations.clear();
   s.allocated = 0;
@@ -485,7 +455,7 @@ FAKE_HIP_EXPORT hipError_t hipStreamDestroy(hipStream_t stream) {
   Call call;
   if (!call.s.initialized) return hipErrorNotInitialized;
   if (!call.s.streams.count(stream)) return hipErrorInvalidHandle;
-  RunQueued(call.s, stream);  // what it holds still runs, as on a GPU
+  call.s.work.RunQueue(call.s, stream);  // what it holds still runs, as on a GPU
   call.s.streams.erase(stream);
   return call.released();
 }
@@ -497,9 +467,9 @@ FAKE_HIP_EXPORT hipError_t hipStreamSynchronize(hipStream_t stream) {
   if (hipError_t r = call.blocked(); r != hipSuccess) return r;
   if (hipError_t r = UsableStream(call.s, stream); r != hipSuccess) return r;
   if (stream) {
-    RunQueued(call.s, stream);
+    call.s.work.RunQueue(call.s, stream);
   } else {
-    RunAll(call.s);
+    call.s.work.RunAll(call.s);
   }
   return call.blocked();
 }
@@ -532,7 +502,7 @@ FAKE_HIP_EXPORT hipError_t hipEventRecord(hipEvent_t event, hipStream_t stream) 
   event->recorded = true;
   event->at = std::chrono::steady_clock::now();
   event->stream = stream;
-  event->after = call.s.submitted;
+  event->after = call.s.work.submitted();
   return hipSuccess;
 }
 
@@ -542,7 +512,7 @@ FAKE_HIP_EXPORT hipError_t hipEventSynchronize(hipEvent_t event) {
   Call call;
   if (hipError_t r = call.blocked(); r != hipSuccess) return r;
   if (!call.s.events.count(event)) return hipErrorInvalidHandle;
-  if (event->recorded) RunQueued(call.s, event->stream, event->after);
+  if (event->recorded) call.s.work.RunQueue(call.s, event->stream, event->after);
   return call.blocked();
 }
 
@@ -588,7 +558,7 @@ FAKE_HIP_EXPORT hipError_t hipFree(void* ptr) {
   if (!ptr) return hipSuccess;
   auto it = call.s.allocations.find(reinterpret_cast<uintptr_t>(ptr));
   if (it == call.s.allocations.end()) return hipErrorInvalidValue;
-  RunAll(call.s);
+  call.s.work.RunAll(call.s);
   call.s.allocated -= it->second;
   std::free(ptr);
   call.s.allocations.erase(it);
@@ -600,7 +570,7 @@ FAKE_HIP_EXPORT hipError_t hipMemsetAsync(void* dst, int value, size_t n, hipStr
   if (hipError_t r = call.blocked(); r != hipSuccess) return r;
   if (hipError_t r = UsableStream(call.s, stream); r != hipSuccess) return r;
   if (!Inside(call.s, dst, n)) return hipErrorInvalidValue;
-  Submit(call.s, stream, [=](State&) { std::memset(dst, value, n); });
+  call.s.work.Submit(stream, nullptr, [=](State&) { std::memset(dst, value, n); });
   return hipSuccess;
 }
 
@@ -622,7 +592,7 @@ FAKE_HIP_EXPORT hipError_t hipHostFree(void* p) {
   if (!call.s.initialized) return hipErrorNotInitialized;
   if (!p) return hipSuccess;
   if (!call.s.host_allocations.count(p)) return hipErrorInvalidValue;
-  RunAll(call.s);  // as the runtime, it waits for the device first
+  call.s.work.RunAll(call.s);  // as the runtime, it waits for the device first
   call.s.host_allocations.erase(p);
   std::free(p);
   return call.released();
@@ -676,7 +646,7 @@ FAKE_HIP_EXPORT hipError_t hipHostUnregister(void* p) {
   Call call;
   if (!call.s.initialized) return hipErrorNotInitialized;
   if (!call.s.registered.count(static_cast<const uint8_t*>(p))) return hipErrorHostMemoryNotRegistered;
-  RunAll(call.s);  // as the runtime, it waits for the device first
+  call.s.work.RunAll(call.s);  // as the runtime, it waits for the device first
   call.s.registered.erase(static_cast<const uint8_t*>(p));
   return hipSuccess;
 }
@@ -691,11 +661,11 @@ FAKE_HIP_EXPORT hipError_t hipMemcpyHtoDAsync(hipDeviceptr_t dst, void* src, siz
   if (!src || !Inside(call.s, dst, n)) return hipErrorInvalidValue;
   if (Registered(call.s, src, n)) ++call.s.registered_copies;
   if (Pinned(call.s, src, n)) {
-    Submit(call.s, stream, [=](State&) { std::memcpy(dst, src, n); });
+    call.s.work.Submit(stream, nullptr, [=](State&) { std::memcpy(dst, src, n); });
   } else {
     auto staged = std::make_shared<std::vector<uint8_t>>(static_cast<const uint8_t*>(src),
                                                          static_cast<const uint8_t*>(src) + n);
-    Submit(call.s, stream, [=](State&) { std::memcpy(dst, staged->data(), n); });
+    call.s.work.Submit(stream, nullptr, [=](State&) { std::memcpy(dst, staged->data(), n); });
   }
   return hipSuccess;
 }
@@ -706,8 +676,8 @@ FAKE_HIP_EXPORT hipError_t hipMemcpyDtoHAsync(void* dst, hipDeviceptr_t src, siz
   if (hipError_t r = UsableStream(call.s, stream); r != hipSuccess) return r;
   if (!dst || !Inside(call.s, src, n)) return hipErrorInvalidValue;
   if (Registered(call.s, dst, n)) ++call.s.registered_copies;
-  Submit(call.s, stream, [=](State&) { std::memcpy(dst, src, n); });
-  if (!Pinned(call.s, dst, n)) RunQueued(call.s, stream);  // into pageable memory the call waits
+  call.s.work.Submit(stream, nullptr, [=](State&) { std::memcpy(dst, src, n); });
+  if (!Pinned(call.s, dst, n)) call.s.work.RunQueue(call.s, stream);  // into pageable memory the call waits
   return hipSuccess;
 }
 
@@ -716,7 +686,7 @@ FAKE_HIP_EXPORT hipError_t hipMemcpyDtoDAsync(hipDeviceptr_t dst, hipDeviceptr_t
   if (hipError_t r = call.blocked(); r != hipSuccess) return r;
   if (hipError_t r = UsableStream(call.s, stream); r != hipSuccess) return r;
   if (!Inside(call.s, dst, n) || !Inside(call.s, src, n)) return hipErrorInvalidValue;
-  Submit(call.s, stream, [=](State&) { std::memmove(dst, src, n); });
+  call.s.work.Submit(stream, nullptr, [=](State&) { std::memmove(dst, src, n); });
   return hipSuccess;
 }
 
@@ -779,7 +749,7 @@ FAKE_HIP_EXPORT hipError_t hipModuleLaunchKernel(hipFunction_t f, unsigned int g
   const unsigned grid[3] = {gx, gy, gz}, block[3] = {bx, by, bz};
   if (hipError_t r = CheckLaunch(call.s, f, grid, block, shared_bytes, params, extra); r != hipSuccess) return r;
   const std::string name = f->name;
-  Submit(call.s, stream, [=](State& s) {
+  call.s.work.Submit(stream, nullptr, [=](State& s) {
     if (name == "fault" || !s.functions.count(f)) s.faulted = true;
   });
   return hipSuccess;
@@ -934,7 +904,7 @@ FAKE_HIP_EXPORT hipError_t hipGraphLaunch(hipGraphExec_t exec, hipStream_t strea
   // The nodes as they are now: an update after the launch changes later launches only.
   auto nodes = std::make_shared<std::vector<hipGraphNode>>();
   for (const auto& [handle, n] : exec->nodes) nodes->push_back(n);
-  Submit(call.s, stream, [nodes](State& s) {
+  call.s.work.Submit(stream, nullptr, [nodes](State& s) {
     for (const hipGraphNode& n : *nodes) {
       if (n.function) {
         if (!s.functions.count(n.function) || n.name == "fault") {
