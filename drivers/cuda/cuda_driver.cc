@@ -3,8 +3,10 @@
 #include <elf.h>
 
 #include <algorithm>
+#include <bit>
 #include <cstring>
 
+#include "absl/container/inlined_vector.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -58,6 +60,8 @@ DeviceErrorKind Classify(CUresult r) {
 struct CudaDescription {
   DeviceInfo info;
   std::string arch;  // "sm_90"
+  // The largest pitch a copy may have (CU_DEVICE_ATTRIBUTE_MAX_PITCH): CopyPieces.
+  uint64_t max_pitch = 0;
 };
 
 absl::StatusOr<CudaDescription> Describe(const CudaLibrary& cu, const Nvrtc* nvrtc, CUdevice dev, int ordinal) {
@@ -86,6 +90,10 @@ absl::StatusOr<CudaDescription> Describe(const CudaLibrary& cu, const Nvrtc* nvr
                  attribute(CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_Z)};
   l.max_local_total = attribute(CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_BLOCK);
   l.max_args = 64;
+  // 2 GiB - 1 on every device so far; where the driver does not say, a pitch no device
+  // refuses.
+  d.max_pitch = attribute(CU_DEVICE_ATTRIBUTE_MAX_PITCH);
+  if (d.max_pitch == 0) d.max_pitch = uint64_t{1} << 20;
   info.architecture = d.arch = absl::StrCat("sm_", attribute(CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR),
                                             attribute(CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR));
   info.formats = {"cuda-ptx", "cuda-cubin"};
@@ -130,6 +138,7 @@ class CudaContext : public Context {
   absl::Status Check(CUresult r, absl::string_view what);
   CUstream stream() const { return stream_; }
   CUcontext ctx() const { return ctx_; }
+  uint64_t max_pitch() const;
   // Records the start event, runs `submit`, and with `wait` waits and returns the time
   // between the events.
   template <typename Submit>
@@ -174,6 +183,7 @@ class CudaDevice : public Device {
   // The sticky fault that ended this process's use of CUDA, if any.
   absl::Status health() const override { return cu_->sticky_fault(); }
   const CudaDriverOptions& options() const { return options_; }
+  uint64_t max_pitch() const { return max_pitch_; }
   // The primary context's fault: every session in it shares it.
   SharedFault& primary_fault() { return primary_fault_; }
   // A session in the primary context has closed: the last one out of a faulted primary
@@ -187,6 +197,7 @@ class CudaDevice : public Device {
   const CudaDriverOptions options_;
   const DeviceInfo info_;
   const std::string arch_;
+  const uint64_t max_pitch_;
   DeviceMemory memory_;
   absl::Mutex mu_;
   CUcontext primary_ ABSL_GUARDED_BY(mu_) = nullptr;
@@ -266,27 +277,39 @@ CUDA_KERNEL_NODE_PARAMS NodeParams(CUfunction f, const Dim3& global, const Dim3&
   return p;
 }
 
-// A device-to-device copy of `bytes` as a memcpy node describes it.
-CUDA_MEMCPY3D CopyParams(uint64_t dst, uint64_t src, uint64_t bytes) {
-  CUDA_MEMCPY3D p;
-  std::memset(&p, 0, sizeof p);
-  p.srcMemoryType = CU_MEMORYTYPE_DEVICE;
-  p.srcDevice = static_cast<CUdeviceptr>(src);
-  p.srcPitch = bytes;
-  p.srcHeight = 1;
-  p.dstMemoryType = CU_MEMORYTYPE_DEVICE;
-  p.dstDevice = static_cast<CUdeviceptr>(dst);
-  p.dstPitch = bytes;
-  p.dstHeight = 1;
-  p.WidthInBytes = bytes;
-  p.Height = 1;
-  p.Depth = 1;
-  return p;
+// The memcpy nodes of a device-to-device copy of `bytes`. The driver refuses a copy whose
+// pitch passes the device's CU_DEVICE_ATTRIBUTE_MAX_PITCH (2 GiB - 1 on an H200), and a
+// one-row copy's pitch is its width: so a copy larger than that is rows of the largest
+// power of two within it, laid end to end (pitch = width), and a second node for the
+// bytes after the last whole row.
+absl::InlinedVector<CUDA_MEMCPY3D, 2> CopyPieces(uint64_t dst, uint64_t src, uint64_t bytes, uint64_t max_pitch) {
+  auto piece = [](uint64_t dst, uint64_t src, uint64_t width, uint64_t rows) {
+    CUDA_MEMCPY3D p;
+    std::memset(&p, 0, sizeof p);
+    p.srcMemoryType = CU_MEMORYTYPE_DEVICE;
+    p.srcDevice = static_cast<CUdeviceptr>(src);
+    p.srcPitch = width;
+    p.srcHeight = rows;
+    p.dstMemoryType = CU_MEMORYTYPE_DEVICE;
+    p.dstDevice = static_cast<CUdeviceptr>(dst);
+    p.dstPitch = width;
+    p.dstHeight = rows;
+    p.WidthInBytes = width;
+    p.Height = rows;
+    p.Depth = 1;
+    return p;
+  };
+  if (bytes <= max_pitch) return {piece(dst, src, bytes, 1)};
+  const uint64_t row = std::bit_floor(max_pitch), rows = bytes / row, whole = rows * row;
+  absl::InlinedVector<CUDA_MEMCPY3D, 2> pieces = {piece(dst, src, row, rows)};
+  if (whole < bytes) pieces.push_back(piece(dst + whole, src + whole, bytes - whole, 1));
+  return pieces;
 }
 
 // A batch as one CUDA graph. The kernel nodes keep their packed arguments, so an update
 // repacks one node's block and hands it to cuGraphExecKernelNodeSetParams; a copy is a
-// memcpy node, updated with cuGraphExecMemcpyNodeSetParams.
+// memcpy node (two past the device's pitch: CopyPieces), updated with
+// cuGraphExecMemcpyNodeSetParams.
 class CudaGraph : public DeviceGraph {
  public:
   explicit CudaGraph(CudaContext* context) : context_(context) {}
@@ -304,15 +327,17 @@ class CudaGraph : public DeviceGraph {
     for (size_t i = 0; i < nodes.size(); ++i) {
       Node& n = nodes_[i];
       for (auto [from, to] : edges)
-        if (to == i) after[i].push_back(nodes_[from].node);
+        if (to == i) after[i].insert(after[i].end(), nodes_[from].handles.begin(), nodes_[from].handles.end());
       if (nodes[i].is_copy()) {
         n.copy = {nodes[i].args[0].address, nodes[i].args[1].address, nodes[i].copy_bytes};
-        CUDA_MEMCPY3D p = CopyParams(n.copy[0], n.copy[1], n.copy[2]);
-        if (absl::Status s = context_->Check(
-                cu.cuGraphAddMemcpyNode(&n.node, graph_, after[i].data(), after[i].size(), &p, context_->ctx()),
-                "cuGraphAddMemcpyNode");
-            !s.ok())
-          return s;
+        for (const CUDA_MEMCPY3D& p : CopyPieces(n.copy[0], n.copy[1], n.copy[2], context_->max_pitch())) {
+          CUgraphNode& handle = n.handles.emplace_back();
+          if (absl::Status s = context_->Check(cu.cuGraphAddMemcpyNode(&handle, graph_, after[i].data(),
+                                                                       after[i].size(), &p, context_->ctx()),
+                                               "cuGraphAddMemcpyNode");
+              !s.ok())
+            return s;
+        }
         continue;
       }
       const auto* kernel = static_cast<const CudaKernel*>(nodes[i].kernel);
@@ -324,7 +349,8 @@ class CudaGraph : public DeviceGraph {
       n.local = nodes[i].local;
       CUDA_KERNEL_NODE_PARAMS p = NodeParams(kernel->function(), nodes[i].global, nodes[i].local, *n.params);
       if (absl::Status s = context_->Check(
-              cu.cuGraphAddKernelNode(&n.node, graph_, after[i].data(), after[i].size(), &p), "cuGraphAddKernelNode");
+              cu.cuGraphAddKernelNode(&n.handles.emplace_back(), graph_, after[i].data(), after[i].size(), &p),
+              "cuGraphAddKernelNode");
           !s.ok())
         return s;
     }
@@ -338,12 +364,15 @@ class CudaGraph : public DeviceGraph {
     if (!n.params) {
       if (n.copy[0] == args[0].address && n.copy[1] == args[1].address) return absl::OkStatus();
       if (absl::Status s = context_->Bind(); !s.ok()) return s;
-      CUDA_MEMCPY3D p = CopyParams(args[0].address, args[1].address, n.copy[2]);
-      absl::Status s = context_->Check(
-          context_->cu().cuGraphExecMemcpyNodeSetParams(exec_, n.node, &p, context_->ctx()),
-          "cuGraphExecMemcpyNodeSetParams");
-      if (s.ok()) n.copy = {args[0].address, args[1].address, n.copy[2]};
-      return s;
+      const auto pieces = CopyPieces(args[0].address, args[1].address, n.copy[2], context_->max_pitch());
+      for (size_t k = 0; k < pieces.size(); ++k)
+        if (absl::Status s = context_->Check(
+                context_->cu().cuGraphExecMemcpyNodeSetParams(exec_, n.handles[k], &pieces[k], context_->ctx()),
+                "cuGraphExecMemcpyNodeSetParams");
+            !s.ok())
+          return s;
+      n.copy = {args[0].address, args[1].address, n.copy[2]};
+      return absl::OkStatus();
     }
     if (absl::Status s = n.kernel->CheckBlock(local); !s.ok()) return s;  // before anything changes
     const bool changed = n.params->Pack(args) || n.stale || n.global != global || n.local != local;
@@ -351,7 +380,7 @@ class CudaGraph : public DeviceGraph {
     n.stale = true;  // the packed block now differs from the node until the driver takes it
     if (absl::Status s = context_->Bind(); !s.ok()) return s;
     CUDA_KERNEL_NODE_PARAMS p = NodeParams(n.kernel->function(), global, local, *n.params);
-    absl::Status s = context_->Check(context_->cu().cuGraphExecKernelNodeSetParams(exec_, n.node, &p),
+    absl::Status s = context_->Check(context_->cu().cuGraphExecKernelNodeSetParams(exec_, n.handles[0], &p),
                                      "cuGraphExecKernelNodeSetParams");
     if (s.ok()) {
       n.global = global;
@@ -368,7 +397,9 @@ class CudaGraph : public DeviceGraph {
  private:
   struct Node {
     const CudaKernel* kernel = nullptr;  // null: a copy
-    CUgraphNode node = nullptr;
+    // The kernel's node, or the copy's (two when it is larger than the device's pitch:
+    // CopyPieces).
+    absl::InlinedVector<CUgraphNode, 2> handles;
     std::unique_ptr<KernelParams> params;  // heap: the node's kernelParams point into it; null: a copy
     Dim3 global, local;                    // as the instantiated node has them
     bool stale = false;                    // params packed that the node has not taken
@@ -384,6 +415,7 @@ CudaContext::CudaContext(CudaDevice* device, CUcontext ctx, bool owns_ctx, uint6
     : device_(device), ctx_(ctx), owns_ctx_(owns_ctx), id_(id) {}
 
 const CudaLibrary& CudaContext::cu() const { return device_->cu(); }
+uint64_t CudaContext::max_pitch() const { return device_->max_pitch(); }
 
 absl::Status CudaContext::Open() {
   const CudaLibrary& cu = device_->cu();
@@ -663,6 +695,7 @@ CudaDevice::CudaDevice(std::shared_ptr<CudaLibrary> cu, std::shared_ptr<Nvrtc> n
       options_(options),
       info_(std::move(description.info)),
       arch_(std::move(description.arch)),
+      max_pitch_(description.max_pitch),
       memory_(info_.total_memory) {}
 
 CudaDevice::~CudaDevice() {

@@ -45,6 +45,7 @@ struct FakeCuda {
   decltype(&fake_cuda_reset) reset = nullptr;
   decltype(&fake_cuda_context_stack_depth) stack_depth = nullptr;
   decltype(&fake_cuda_count) count = nullptr;
+  decltype(&fake_cuda_set_max_pitch) set_max_pitch = nullptr;
   decltype(&cuGetProcAddress_v2) get_proc_address = nullptr;
 };
 
@@ -60,9 +61,10 @@ absl::StatusOr<FakeCuda> FindFake() {
     fake.reset = reinterpret_cast<decltype(fake.reset)>(dlsym(handle, "fake_cuda_reset"));
     fake.stack_depth = reinterpret_cast<decltype(fake.stack_depth)>(dlsym(handle, "fake_cuda_context_stack_depth"));
     fake.count = reinterpret_cast<decltype(fake.count)>(dlsym(handle, "fake_cuda_count"));
+    fake.set_max_pitch = reinterpret_cast<decltype(fake.set_max_pitch)>(dlsym(handle, "fake_cuda_set_max_pitch"));
     fake.get_proc_address = reinterpret_cast<decltype(fake.get_proc_address)>(dlsym(handle, "cuGetProcAddress_v2"));
   }
-  if (!fake.reset || !fake.stack_depth || !fake.count || !fake.get_proc_address)
+  if (!fake.reset || !fake.stack_depth || !fake.count || !fake.set_max_pitch || !fake.get_proc_address)
     return absl::UnavailableError(absl::StrCat("the libcuda.so.1 loaded is NVIDIA's driver, not the fake; ", kHow));
   return fake;
 }
@@ -349,6 +351,52 @@ TEST_F(FakeCudaDriverTest, TheFakeRefusesAMemcpyNodeOffItsContextsAllocations) {
   ExpectNothingLeft();
 }
 
+// A memcpy node's pitches must cover its width and stay within the device's maximum
+// (cuMemcpy3D's documentation); a 2D node copies its rows.
+TEST_F(FakeCudaDriverTest, TheFakeChecksAMemcpyNodesPitchAndCopiesItsRows) {
+  fake_.set_max_pitch(128);
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<CudaLibrary> cu, CudaLibrary::Load());
+  CUcontext ctx = nullptr;
+  ASSERT_EQ(cu->cuCtxCreate(&ctx, nullptr, 0, 0), CUDA_SUCCESS);
+  int max_pitch = 0;
+  EXPECT_EQ(cu->cuDeviceGetAttribute(&max_pitch, CU_DEVICE_ATTRIBUTE_MAX_PITCH, 0), CUDA_SUCCESS);
+  EXPECT_EQ(max_pitch, 128);
+  CUdeviceptr a = 0, b = 0;
+  ASSERT_EQ(cu->cuMemAlloc(&a, 256), CUDA_SUCCESS);
+  ASSERT_EQ(cu->cuMemAlloc(&b, 256), CUDA_SUCCESS);
+  const std::vector<uint8_t> pattern = Bytes(Iota(64, 7));
+  ASSERT_EQ(cu->cuMemcpyHtoDAsync(a, pattern.data(), 256, nullptr), CUDA_SUCCESS);
+  CUgraph graph = nullptr;
+  ASSERT_EQ(cu->cuGraphCreate(&graph, 0), CUDA_SUCCESS);
+  CUgraphNode node = nullptr;
+  const CUDA_MEMCPY3D one_row = Copy3D(b, a, 256);
+  EXPECT_EQ(cu->cuGraphAddMemcpyNode(&node, graph, nullptr, 0, &one_row, ctx), CUDA_ERROR_INVALID_VALUE)
+      << "a pitch of 256 on a device whose maximum is 128";
+  CUDA_MEMCPY3D narrow = Copy3D(b, a, 128);
+  narrow.srcPitch = 64;
+  EXPECT_EQ(cu->cuGraphAddMemcpyNode(&node, graph, nullptr, 0, &narrow, ctx), CUDA_ERROR_INVALID_VALUE)
+      << "a pitch short of the width";
+  CUDA_MEMCPY3D rows = Copy3D(b, a, 128);
+  rows.Height = rows.srcHeight = rows.dstHeight = 3;
+  EXPECT_EQ(cu->cuGraphAddMemcpyNode(&node, graph, nullptr, 0, &rows, ctx), CUDA_ERROR_INVALID_VALUE)
+      << "three rows of 128 bytes reach past 256";
+  rows.Height = rows.srcHeight = rows.dstHeight = 2;
+  ASSERT_EQ(cu->cuGraphAddMemcpyNode(&node, graph, nullptr, 0, &rows, ctx), CUDA_SUCCESS);
+  CUgraphExec exec = nullptr;
+  ASSERT_EQ(cu->cuGraphInstantiateWithFlags(&exec, graph, 0), CUDA_SUCCESS);
+  EXPECT_EQ(cu->cuGraphExecMemcpyNodeSetParams(exec, node, &one_row, ctx), CUDA_ERROR_INVALID_VALUE);
+  ASSERT_EQ(cu->cuGraphLaunch(exec, nullptr), CUDA_SUCCESS);
+  std::vector<uint8_t> got(256);
+  ASSERT_EQ(cu->cuMemcpyDtoHAsync(got.data(), b, 256, nullptr), CUDA_SUCCESS);
+  EXPECT_EQ(got, pattern) << "both rows";
+
+  EXPECT_EQ(cu->cuGraphExecDestroy(exec), CUDA_SUCCESS);
+  EXPECT_EQ(cu->cuGraphDestroy(graph), CUDA_SUCCESS);
+  for (CUdeviceptr p : {a, b}) EXPECT_EQ(cu->cuMemFree(p), CUDA_SUCCESS);
+  EXPECT_EQ(cu->cuCtxDestroy(ctx), CUDA_SUCCESS);
+  ExpectNothingLeft();
+}
+
 // Where the daemon runs a tenant's CUDA work, named for test names: in the daemon's
 // process with either CUDA context policy, or in an executor process of the tenant's own
 // (whose fake libcuda is its own: this process's fake then sees none of its objects).
@@ -376,6 +424,7 @@ class FakeCudaDaemonTest : public DaemonFixture, public ::testing::WithParamInte
     if (absl::Status s = CudaLibrary::sticky_fault(); !s.ok())
       GTEST_SKIP() << "an earlier case of this process faulted, which ends CUDA service for the process: " << s;
     fake_.reset();
+    BeforeStart();
     Options options;
     options.adjust = [this](DaemonOptions& d) {
       d.devices = {"cpu", "cuda"};
@@ -391,6 +440,9 @@ class FakeCudaDaemonTest : public DaemonFixture, public ::testing::WithParamInte
       EXPECT_EQ(fake_.count("contexts"), 0) << "the session's CUDA context is its executor's, not the daemon's";
     }
   }
+
+  // What a derived fixture sets in the fake before the daemon discovers its device.
+  virtual void BeforeStart() {}
 
   Buffer Alloc(uint64_t bytes) {
     auto b = session_->Alloc(bytes);
@@ -426,6 +478,29 @@ TEST_P(FakeCudaDaemonTest, ACapturedCopyChainReplaysOnFreshBuffers) {
   replayd::testing::CheckACapturedCopyChain(*session_, kN);
   ExpectTheDaemonLeftNothing();
 }
+
+// A daemon of FakeCudaDaemonTest whose device copies at most kPitch bytes a row.
+class FakeCudaNarrowPitchTest : public FakeCudaDaemonTest {
+ protected:
+  static constexpr int kPitch = 1000;
+  void BeforeStart() override { fake_.set_max_pitch(kPitch); }
+};
+
+// A copy node larger than the device's pitch (CU_DEVICE_ATTRIBUTE_MAX_PITCH, 2 GiB - 1 on
+// an H200) is rows of 512 bytes, with a second node for the bytes after the last whole
+// row when there are some: 1024 bytes are two rows, 4004 seven rows and 420 bytes, 4352
+// eight rows and 256 bytes; 256 bytes stay one row. The fake refuses a node whose pitch
+// passes the device's, and copies row by row.
+TEST_P(FakeCudaNarrowPitchTest, CopiesLargerThanTheDevicesPitchReplayAsRows) {
+  for (int64_t n : {64, 256, 1001, 1088}) {
+    SCOPED_TRACE(::testing::Message() << n << " floats");
+    replayd::testing::CheckACopyGraphOnEveryKindOfSlot(*session_, n);
+    if (n % 64 == 0) replayd::testing::CheckACapturedCopyChain(*session_, n);  // its arena: whole 256 bytes
+  }
+  ExpectTheDaemonLeftNothing();
+}
+
+INSTANTIATE_TEST_SUITE_P(InDaemon, FakeCudaNarrowPitchTest, kInDaemon, PolicyName);
 
 constexpr char kAddSourceCuda[] = R"(
 extern "C" __global__ void add(float *out, const float *a, const float *b, int n) {

@@ -99,6 +99,7 @@ constexpr unsigned kMaxThreadsPerBlock = 1024;
 constexpr unsigned kMaxSharedPerBlock = 48 << 10;
 constexpr int kSm = 90;
 constexpr size_t kAlignment = 256;  // cuMemAlloc's, at least
+constexpr uint64_t kMaxPitch = 2147483647;  // an H200's CU_DEVICE_ATTRIBUTE_MAX_PITCH
 
 struct Allocation {
   size_t bytes;
@@ -134,6 +135,7 @@ struct State {
   std::unordered_map<CUgraph, std::unique_ptr<CUgraph_st>> graphs;
   std::unordered_map<CUgraphExec, std::unique_ptr<CUgraphExec_st>> execs;
   int reclaimed = 0;
+  uint64_t max_pitch = kMaxPitch;  // fake_cuda_set_max_pitch's
   // Work submitted to a stream and not yet run, by the stream's queue (QueueOf), its
   // owner the context.
   replayd::testing::DeviceQueues<State> work;
@@ -233,18 +235,32 @@ CUresult CheckLaunch(const State& s, CUfunction f, const unsigned grid[3], const
   return CUDA_SUCCESS;
 }
 
-// A memcpy node's parameters, as replayd makes them: a 1D copy between two ranges of
-// device memory that lie in live allocations of `ctx` (the driver refuses a memcpy node
-// on an address it does not know, 0 included). Other shapes and memory types, which the
-// driver supports, the fake does not.
+// The bytes a copy's rows span from its start on one side (pitch `pitch`); more than any
+// allocation holds when that does not fit in an address.
+uint64_t Span(const CUDA_MEMCPY3D& p, size_t pitch) {
+  if (p.Height == 0) return 0;
+  if (p.Height - 1 > (UINT64_MAX - p.WidthInBytes) / std::max<size_t>(pitch, 1)) return UINT64_MAX;
+  return (p.Height - 1) * pitch + p.WidthInBytes;
+}
+
+// A memcpy node's parameters, as replayd makes them: a 1D or 2D copy between two ranges
+// of device memory that lie in live allocations of `ctx` (the driver refuses a memcpy
+// node on an address it does not know, 0 included), each pitch at least the width and
+// at most the device's CU_DEVICE_ATTRIBUTE_MAX_PITCH, as cuMemcpy2D's and cuMemcpy3D's
+// documentation asks. Other shapes and memory types, which the driver supports, the
+// fake does not.
 CUresult CheckCopy(const State& s, const CUDA_MEMCPY3D* p, CUcontext ctx) {
   if (!p) return CUDA_ERROR_INVALID_VALUE;
-  if (p->srcMemoryType != CU_MEMORYTYPE_DEVICE || p->dstMemoryType != CU_MEMORYTYPE_DEVICE || p->Height != 1 ||
-      p->Depth != 1 || p->srcY || p->srcZ || p->srcLOD || p->dstY || p->dstZ || p->dstLOD)
+  if (p->srcMemoryType != CU_MEMORYTYPE_DEVICE || p->dstMemoryType != CU_MEMORYTYPE_DEVICE || p->Depth != 1 ||
+      p->srcY || p->srcZ || p->srcLOD || p->dstY || p->dstZ || p->dstLOD)
     return CUDA_ERROR_NOT_SUPPORTED;
-  if (!p->srcDevice || !p->dstDevice) return CUDA_ERROR_INVALID_VALUE;
-  if (!Inside(s, p->srcDevice + p->srcXInBytes, p->WidthInBytes, ctx) ||
-      !Inside(s, p->dstDevice + p->dstXInBytes, p->WidthInBytes, ctx))
+  if (!p->srcDevice || !p->dstDevice || p->Height == 0) return CUDA_ERROR_INVALID_VALUE;
+  for (size_t pitch : {p->srcPitch, p->dstPitch})
+    if (pitch > s.max_pitch) return CUDA_ERROR_INVALID_VALUE;
+  if (p->srcPitch < p->WidthInBytes + p->srcXInBytes || p->dstPitch < p->WidthInBytes + p->dstXInBytes)
+    return CUDA_ERROR_INVALID_VALUE;
+  if (!Inside(s, p->srcDevice + p->srcXInBytes, Span(*p, p->srcPitch), ctx) ||
+      !Inside(s, p->dstDevice + p->dstXInBytes, Span(*p, p->dstPitch), ctx))
     return CUDA_ERROR_INVALID_VALUE;
   return CUDA_SUCCESS;
 }
@@ -659,6 +675,7 @@ CUresult DeviceGetAttribute(int* value, CUdevice_attribute attribute, CUdevice d
   if (!value || attribute <= 0 || attribute >= CU_DEVICE_ATTRIBUTE_MAX) return CUDA_ERROR_INVALID_VALUE;
   switch (attribute) {
     case CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_BLOCK: *value = kMaxThreadsPerBlock; break;
+    case CU_DEVICE_ATTRIBUTE_MAX_PITCH: *value = static_cast<int>(call.s.max_pitch); break;
     case CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_X: *value = kMaxBlock[0]; break;
     case CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_Y: *value = kMaxBlock[1]; break;
     case CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_Z: *value = kMaxBlock[2]; break;
@@ -1277,11 +1294,13 @@ CUresult GraphLaunch(CUgraphExec exec, CUstream stream) {
       }
       const CUDA_MEMCPY3D& p = n.copy;
       const CUdeviceptr src = p.srcDevice + p.srcXInBytes, dst = p.dstDevice + p.dstXInBytes;
-      if (!Inside(s, src, p.WidthInBytes, n.ctx) || !Inside(s, dst, p.WidthInBytes, n.ctx)) {
+      if (!Inside(s, src, Span(p, p.srcPitch), n.ctx) || !Inside(s, dst, Span(p, p.dstPitch), n.ctx)) {
         s.faulted = true;
         return;
       }
-      std::memmove(reinterpret_cast<void*>(dst), reinterpret_cast<const void*>(src), p.WidthInBytes);
+      for (size_t row = 0; row < p.Height; ++row)
+        std::memmove(reinterpret_cast<void*>(dst + row * p.dstPitch),
+                     reinterpret_cast<const void*>(src + row * p.srcPitch), p.WidthInBytes);
     }
   });
   return CUDA_SUCCESS;
@@ -1389,7 +1408,13 @@ extern "C" FAKE_CUDA_EXPORT void fake_cuda_reset(void) {
   s.reclaimed = 0;
   s.faulted = false;
   s.initialized = false;
+  s.max_pitch = kMaxPitch;
   t_stack.clear();
+}
+
+extern "C" FAKE_CUDA_EXPORT void fake_cuda_set_max_pitch(int pitch) {
+  Call call;
+  call.s.max_pitch = pitch > 0 ? static_cast<uint64_t>(pitch) : kMaxPitch;
 }
 
 extern "C" FAKE_CUDA_EXPORT int fake_cuda_context_stack_depth(void) { return static_cast<int>(t_stack.size()); }

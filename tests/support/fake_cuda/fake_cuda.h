@@ -12,7 +12,9 @@
 //   real driver does;
 // - device memory is host memory; a copy, memset or memcpy node whose device range is
 //   not inside a live allocation is CUDA_ERROR_INVALID_VALUE (for a memcpy node, an
-//   allocation of the node's context), and address 0 never is;
+//   allocation of the node's context), and address 0 never is; a memcpy node (1D or 2D)
+//   whose pitch is short of its width or past the device's maximum pitch is
+//   CUDA_ERROR_INVALID_VALUE;
 // - work runs when it is waited for, as on a GPU some time after the call that submitted
 //   it: copies, memsets, kernel launches and graph launches queue on their stream (the
 //   default stream's queue is the context's) and run, in submission order, at a
@@ -55,6 +57,12 @@ extern "C" {
 // fault, empties the calling thread's context stack and undoes cuInit. Handles held from
 // before are stale from then on.
 void fake_cuda_reset(void);
+
+// Makes the device's CU_DEVICE_ATTRIBUTE_MAX_PITCH `pitch` (an H200's, 2 GiB - 1, when it
+// is not positive) until the next reset: a memcpy node whose pitch passes it is refused,
+// so that copies larger than the pitch can be tested in the fake's 1 GiB. Read by the
+// daemon's devices when they are discovered.
+void fake_cuda_set_max_pitch(int pitch);
 
 // The depth of the calling thread's context stack.
 int fake_cuda_context_stack_depth(void);
