@@ -430,6 +430,37 @@ TEST_P(DeviceTest, CopyNodesOnParametersInternalsAndConstants) {
   }
 }
 
+// A copy node larger than CUDA's largest pitch (CU_DEVICE_ATTRIBUTE_MAX_PITCH, 2 GiB - 1)
+// replays: 2.5 GiB and 4 KiB are two rows of 1 GiB and a node for the rest. Marked
+// stretches of the source, at its start, across each row's end and at its end, arrive;
+// an unmarked one stays zero.
+TEST_P(DeviceTest, ACopyNodeLargerThanCudasLargestPitchReplays) {
+  if (device_.kind() != "cuda") GTEST_SKIP() << "only CUDA limits a copy node's pitch";
+  constexpr uint64_t kGiB = uint64_t{1} << 30, kBytes = 2 * kGiB + kGiB / 2 + 4096, kMark = 8192;
+  replayd::testing::GraphDefBuilder builder;
+  const uint32_t kSrc = builder.Slot(v1::Slot::PARAMETER, kBytes), kDst = builder.Slot(v1::Slot::PARAMETER, kBytes);
+  builder.Copy(kDst, 0, kSrc, kBytes);
+  ASSERT_OK_AND_ASSIGN(Graph graph, session_->DefineGraph(builder.def()));
+  Buffer src = Alloc(kBytes), dst = Alloc(kBytes);
+  const uint64_t marks[] = {0, kGiB - kMark / 2, 2 * kGiB - kMark / 2, kBytes - kMark};
+  std::vector<std::vector<uint8_t>> written;
+  for (uint64_t at : marks) {
+    const std::vector<float> values = Random(kMark / 4, static_cast<uint32_t>(at / 4096 + 1));
+    written.emplace_back(reinterpret_cast<const uint8_t*>(values.data()),
+                         reinterpret_cast<const uint8_t*>(values.data()) + kMark);
+    ASSERT_OK(session_->Write(src, at, written.back()));
+  }
+  ASSERT_OK(session_->Replay(graph, {&src, &dst}, /*wait=*/true).status());
+  for (size_t i = 0; i < std::size(marks); ++i) {
+    std::vector<uint8_t> got(kMark);
+    ASSERT_OK(session_->Read(dst, marks[i], got));
+    EXPECT_EQ(got, written[i]) << "the stretch at " << marks[i];
+  }
+  std::vector<uint8_t> unmarked(kMark, 0xff);
+  ASSERT_OK(session_->Read(dst, kGiB + kGiB / 2, unmarked));
+  EXPECT_EQ(unmarked, std::vector<uint8_t>(kMark, 0));
+}
+
 TEST_P(DeviceTest, AReplaySequenceStepsItsVariable) {
   ASSERT_OK_AND_ASSIGN(Program affine, session_->Load(kernels_.affine));
   std::vector<float> in = Random(kN, 5);
