@@ -1,6 +1,12 @@
 #include "drivers/kernel_params.h"
 
+#include <algorithm>
 #include <cstring>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 
 namespace replayd {
 
@@ -35,6 +41,31 @@ bool KernelParams::Pack(std::span<const ArgValue> args) {
     changed = true;
   }
   return changed;
+}
+
+absl::Status CheckParamSizes(absl::string_view format, absl::string_view entry, const Signature& signature,
+                             std::span<const size_t> taken) {
+  std::vector<size_t> declared;
+  for (const Param& p : signature.params) declared.push_back(KernelParams::SizeOf(p.kind));
+  if (std::equal(declared.begin(), declared.end(), taken.begin(), taken.end())) return absl::OkStatus();
+  auto list = [](std::span<const size_t> sizes) {
+    if (sizes.empty()) return std::string("no parameters");
+    return absl::StrCat(sizes.size(), sizes.size() == 1 ? " parameter (" : " parameters (", absl::StrJoin(sizes, ", "),
+                        " bytes)");
+  };
+  const std::string takes =
+      taken.size() > declared.size() ? absl::StrCat("more than ", declared.size(), " parameters") : list(taken);
+  return absl::InvalidArgumentError(
+      absl::StrCat(format, " kernel ", entry, " takes ", takes, "; its signature declares ", list(declared)));
+}
+
+absl::Status CheckBlockThreads(absl::string_view entry, uint64_t max_threads, absl::string_view why,
+                               const Dim3& local) {
+  const uint64_t threads = local[0] * local[1] * local[2];
+  if (threads <= max_threads) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrCat("kernel ", entry, " runs at most ", max_threads, " threads a block (",
+                                                 why, "); local ", local[0], "x", local[1], "x", local[2], " is ",
+                                                 threads));
 }
 
 }  // namespace replayd

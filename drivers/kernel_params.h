@@ -10,6 +10,8 @@
 #include <span>
 #include <vector>
 
+#include "absl/status/status.h"
+#include "absl/strings/string_view.h"
 #include "drivers/driver.h"
 
 namespace replayd {
@@ -46,6 +48,21 @@ class KernelParams {
   std::vector<uint8_t> block_;  // 8-byte aligned storage of size_ bytes
   std::vector<void*> pointers_;
 };
+
+// OK when the kernel `entry`, whose image takes parameters of `taken` sizes in order, is
+// declared with parameters of the same sizes by `signature`. The driver reads one
+// argument pointer per parameter the kernel takes, and each parameter's bytes through
+// it, whatever the signature says: a kernel that takes more or larger parameters than
+// declared would have it read past the packed block. Otherwise INVALID_ARGUMENT naming
+// `format` and both lists ("more than N" when `taken` has more than the signature).
+absl::Status CheckParamSizes(absl::string_view format, absl::string_view entry, const Signature& signature,
+                             std::span<const size_t> taken);
+
+// INVALID_ARGUMENT when a block of `local` has more threads than `max_threads`, the most
+// the kernel `entry` runs in one (`why`: where that limit comes from), which the driver
+// would refuse only at the launch or a node's update, or not at all.
+absl::Status CheckBlockThreads(absl::string_view entry, uint64_t max_threads, absl::string_view why,
+                               const Dim3& local);
 
 }  // namespace replayd
 

@@ -9,7 +9,6 @@
 #include "absl/container/inlined_vector.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_join.h"
 #include "absl/synchronization/mutex.h"
 #include "drivers/cuda/cuda_library.h"
 #include "drivers/cuda/cuda_program.h"
@@ -229,14 +228,9 @@ class CudaKernel : public Kernel {
 
   // INVALID_ARGUMENT when a block of `local` has more threads than the kernel runs in one
   // (CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK: its launch bounds, or what its registers
-  // allow, within the device's limit), which the driver would refuse only at the launch
-  // or the node's update.
+  // allow, within the device's limit).
   absl::Status CheckBlock(const Dim3& local) const {
-    const uint64_t threads = local[0] * local[1] * local[2];
-    if (threads <= max_threads_) return absl::OkStatus();
-    return absl::InvalidArgumentError(absl::StrCat("kernel ", entry_, " runs at most ", max_threads_,
-                                                   " threads a block (its launch bounds or registers); local ",
-                                                   local[0], "x", local[1], "x", local[2], " is ", threads));
+    return CheckBlockThreads(entry_, max_threads_, "its launch bounds or registers", local);
   }
 
  private:
@@ -628,24 +622,15 @@ absl::StatusOr<std::unique_ptr<Kernel>> CudaContext::Load(const ProgramSource& s
           absl::StrCat(source.format, " program has no kernel named ", module_artifact->entry));
     return Check(r, "cuModuleGetFunction");
   }
-  // The driver reads one pointer per parameter the kernel takes, and each parameter's
-  // bytes through it, whatever the signature says: a kernel that takes more or larger
-  // parameters than declared would have it read past the packed arguments.
-  std::vector<size_t> declared, taken;
-  for (const Param& p : source.signature.params) declared.push_back(KernelParams::SizeOf(p.kind));
-  r = ParamSizes(cu, function, declared.size() + 1, &taken);
-  if (r != CUDA_SUCCESS || taken != declared) {
+  // The kernel's parameters as its image lays them out, one more than the signature's
+  // when it takes more.
+  std::vector<size_t> taken;
+  r = ParamSizes(cu, function, source.signature.params.size() + 1, &taken);
+  absl::Status params =
+      r == CUDA_SUCCESS ? CheckParamSizes(source.format, module_artifact->entry, source.signature, taken) : absl::OkStatus();
+  if (r != CUDA_SUCCESS || !params.ok()) {
     cu.cuModuleUnload(module);
-    if (r != CUDA_SUCCESS) return Check(r, "cuFuncGetParamInfo");
-    auto list = [](const std::vector<size_t>& sizes) {
-      if (sizes.empty()) return std::string("no parameters");
-      return absl::StrCat(sizes.size(), sizes.size() == 1 ? " parameter (" : " parameters (", absl::StrJoin(sizes, ", "),
-                          " bytes)");
-    };
-    const std::string takes =
-        taken.size() > declared.size() ? absl::StrCat("more than ", declared.size(), " parameters") : list(taken);
-    return absl::InvalidArgumentError(absl::StrCat(source.format, " kernel ", module_artifact->entry, " takes ", takes,
-                                                   "; its signature declares ", list(declared)));
+    return r != CUDA_SUCCESS ? Check(r, "cuFuncGetParamInfo") : params;
   }
   int max_threads = 0;
   r = cu.cuFuncGetAttribute(&max_threads, CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK, function);

@@ -9,6 +9,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
+#include "drivers/amdgpu_metadata.h"
 #include "drivers/device_error.h"
 #include "drivers/device_memory.h"
 #include "drivers/elf_image.h"
@@ -211,8 +212,14 @@ class HipDevice : public Device {
 
 class HipKernel : public Kernel {
  public:
-  HipKernel(HipContext* context, hipModule_t module, hipFunction_t function, Signature signature)
-      : context_(context), module_(module), function_(function), signature_(std::move(signature)) {}
+  HipKernel(HipContext* context, hipModule_t module, hipFunction_t function, Signature signature, std::string entry,
+            uint64_t max_threads)
+      : context_(context),
+        module_(module),
+        function_(function),
+        signature_(std::move(signature)),
+        entry_(std::move(entry)),
+        max_threads_(max_threads) {}
   // As a CUDA kernel's (cuda_driver.cc): the module goes only once a launch of it still
   // queued on the session's stream has run.
   ~HipKernel() override {
@@ -223,11 +230,19 @@ class HipKernel : public Kernel {
   const Signature& signature() const override { return signature_; }
   hipFunction_t function() const { return function_; }
 
+  // INVALID_ARGUMENT when a block of `local` has more work-items than the kernel's code
+  // object allows (its metadata's .max_flat_workgroup_size: its launch bounds).
+  absl::Status CheckBlock(const Dim3& local) const {
+    return CheckBlockThreads(entry_, max_threads_, "its launch bounds", local);
+  }
+
  private:
   HipContext* const context_;
   const hipModule_t module_;
   const hipFunction_t function_;
   const Signature signature_;
+  const std::string entry_;
+  const uint64_t max_threads_;
 };
 
 // A batch's nodes with their packed arguments, patched in place: the stream replay runs
@@ -243,7 +258,8 @@ class HipBatch : public DeviceGraph {
         n.copy = {nodes[i].args[0].address, nodes[i].args[1].address, nodes[i].copy_bytes};
         continue;
       }
-      n.function = static_cast<const HipKernel*>(nodes[i].kernel)->function();
+      n.kernel = static_cast<const HipKernel*>(nodes[i].kernel);
+      n.function = n.kernel->function();
       n.params = std::make_unique<KernelParams>(nodes[i].kernel->signature());
       n.params->Pack(nodes[i].args);
       n.global = nodes[i].global;
@@ -301,6 +317,7 @@ class HipBatch : public DeviceGraph {
       n.stale = !s.ok();
       return s;
     }
+    if (absl::Status s = n.kernel->CheckBlock(local); !s.ok()) return s;  // before anything changes
     const bool changed = n.params->Pack(args) || n.stale || n.global != global || n.local != local;
     n.global = global;
     n.local = local;
@@ -329,6 +346,7 @@ class HipBatch : public DeviceGraph {
 
  private:
   struct Node {
+    const HipKernel* kernel = nullptr;  // null: a copy
     hipFunction_t function = nullptr;
     std::unique_ptr<KernelParams> params;  // null: a copy
     Dim3 global, local;
@@ -528,6 +546,18 @@ absl::StatusOr<std::unique_ptr<Kernel>> HipContext::Load(const ProgramSource& so
   // The loader takes no size: a code object is checked to lie within its bytes first.
   if (absl::StartsWith(module_artifact->image, ELFMAG))
     if (absl::Status s = CheckElfImage(module_artifact->image, kElfMachineAmdgpu, source.format); !s.ok()) return s;
+  // The runtime reads one argument per explicit parameter of the kernel's metadata, each
+  // one's bytes, whatever the signature says; HIP has no query of them, so they are read
+  // from the same metadata here.
+  absl::StatusOr<AmdgpuKernelInfo> metadata =
+      ReadAmdgpuKernelInfo(module_artifact->image, module_artifact->entry, source.format);
+  if (!metadata.ok()) return metadata.status();
+  if (absl::Status s = CheckParamSizes(source.format, module_artifact->entry, source.signature, metadata->arg_sizes);
+      !s.ok())
+    return s;
+  // Without launch bounds in the metadata, the device's limit, which the engine checks.
+  const uint64_t max_threads =
+      metadata->max_flat_workgroup_size ? metadata->max_flat_workgroup_size : device_->info().limits.max_local_total;
   const HipLibrary& hip = device_->hip();
   hipModule_t module = nullptr;
   if (hipError_t e = hip.hipModuleLoadData(&module, module_artifact->image.data()); e != hipSuccess) {
@@ -545,7 +575,7 @@ absl::StatusOr<std::unique_ptr<Kernel>> HipContext::Load(const ProgramSource& so
           absl::StrCat(source.format, " program has no kernel named ", module_artifact->entry));
     return Check(e, "hipModuleGetFunction");
   }
-  return std::make_unique<HipKernel>(this, module, function, source.signature);
+  return std::make_unique<HipKernel>(this, module, function, source.signature, module_artifact->entry, max_threads);
 }
 
 absl::StatusOr<std::optional<absl::Duration>> HipContext::Launch(const Kernel& kernel, std::span<const ArgValue> args,
@@ -554,7 +584,9 @@ absl::StatusOr<std::optional<absl::Duration>> HipContext::Launch(const Kernel& k
   thread_local KernelParams params;
   params.Layout(kernel.signature());
   params.Pack(args);
-  const hipFunction_t f = static_cast<const HipKernel&>(kernel).function();
+  const auto& hip_kernel = static_cast<const HipKernel&>(kernel);
+  if (absl::Status s = hip_kernel.CheckBlock(local); !s.ok()) return s;
+  const hipFunction_t f = hip_kernel.function();
   return Timed(wait, [&] { return LaunchNode(f, global, local, params); });
 }
 
@@ -566,6 +598,9 @@ absl::Status HipContext::Synchronize() {
 absl::StatusOr<std::unique_ptr<DeviceGraph>> HipContext::Instantiate(std::span<const GraphNode> nodes,
                                                                      std::span<const std::pair<size_t, size_t>> edges) {
   if (absl::Status s = Bind(); !s.ok()) return s;
+  for (const GraphNode& node : nodes)
+    if (!node.is_copy())
+      if (absl::Status s = static_cast<const HipKernel*>(node.kernel)->CheckBlock(node.local); !s.ok()) return s;
   auto batch = std::make_unique<HipBatch>(this, nodes);
   if (device_->graphs())
     if (absl::Status s = batch->BuildGraph(edges); !s.ok()) return s;

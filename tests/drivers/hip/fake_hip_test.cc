@@ -10,8 +10,10 @@
 //   LD_LIBRARY_PATH=$PWD/tests/support/fake_hip tests/fake_hip_test
 // Without the fake on the loader's path (AMD's runtime or none), every case skips.
 //
-// The fake's hiprtc compiles nothing, so the programs here are code objects made by
-// CodeObject below: ELF images the fake loads and whose kernels it finds by name.
+// The fake's hiprtc compiles nothing, so the programs here are code objects made by hand
+// (tests/support/amdgpu_code_object.h): ELF images the fake loads and whose kernels it
+// finds by name, with the metadata note replayd reads a kernel's arguments and launch
+// bounds from.
 #include <dlfcn.h>
 #include <elf.h>
 #include <gmock/gmock.h>
@@ -22,6 +24,7 @@
 #include "drivers/hip/hip_driver.h"
 #include "drivers/hip/hip_library.h"
 #include "tests/integration/daemon_fixture.h"
+#include "tests/support/amdgpu_code_object.h"
 #include "tests/support/fake_gpu_executors.h"
 #include "tests/support/fake_hip/fake_hip.h"
 #include "tests/support/copy_graphs.h"
@@ -63,70 +66,20 @@ absl::StatusOr<FakeHip> FindFake() {
 }
 
 constexpr int64_t kN = 256;  // floats per buffer
-constexpr uint32_t kGfx90a = 0x3f, kGfx1030 = 0x36;  // EF_AMDGPU_MACH_AMDGCN_*
-
+using replayd::testing::AmdgpuCodeObject;
+using replayd::testing::AmdgpuKernelSpec;
 using replayd::testing::copy_graphs::Iota;
+using replayd::testing::kGfx1030;
+using replayd::testing::OffloadBundle;
+
+// The kernels of the code objects here, as their metadata describes them.
+const AmdgpuKernelSpec kScale{"scale", {8, 4}}, kShift{"shift", {8, 4}}, kFault{"fault", {8}},
+    kAdd{"add", {8, 8, 8, 4}}, kK{"k", {}};
 
 std::vector<uint8_t> Bytes(const std::vector<float>& v) {
   std::vector<uint8_t> b(v.size() * 4);
   std::memcpy(b.data(), v.data(), b.size());
   return b;
-}
-
-// A code object reduced to what a loader reads here: an ELF64 image for EM_AMDGPU
-// (version 4, sramecc and xnack "any") whose e_flags name the target `mach`, with each
-// kernel's symbol and kernel descriptor ("name.kd") in its string table.
-std::string CodeObject(const std::vector<std::string>& kernels, uint32_t mach = kGfx90a) {
-  std::string strtab(1, '\0');
-  for (const std::string& k : kernels) strtab += k + '\0' + k + ".kd" + '\0';
-  const std::string shstrtab("\0.strtab\0.shstrtab\0", 19);
-  Elf64_Ehdr h;
-  std::memset(&h, 0, sizeof h);
-  std::memcpy(h.e_ident, ELFMAG, SELFMAG);
-  h.e_ident[EI_CLASS] = ELFCLASS64;
-  h.e_ident[EI_DATA] = ELFDATA2LSB;
-  h.e_ident[EI_VERSION] = EV_CURRENT;
-  h.e_ident[EI_OSABI] = 64;      // ELFOSABI_AMDGPU_HSA
-  h.e_ident[EI_ABIVERSION] = 2;  // code object version 4
-  h.e_type = ET_DYN;
-  h.e_machine = EM_AMDGPU;
-  h.e_version = EV_CURRENT;
-  h.e_flags = mach | 0x100 | 0x400;
-  h.e_ehsize = sizeof h;
-  h.e_shentsize = sizeof(Elf64_Shdr);
-  h.e_shnum = 3;
-  h.e_shstrndx = 2;
-  h.e_shoff = sizeof h + strtab.size() + shstrtab.size();
-  Elf64_Shdr sections[3];
-  std::memset(sections, 0, sizeof sections);
-  sections[1].sh_name = 1;
-  sections[1].sh_type = SHT_STRTAB;
-  sections[1].sh_offset = sizeof h;
-  sections[1].sh_size = strtab.size();
-  sections[2].sh_name = 9;
-  sections[2].sh_type = SHT_STRTAB;
-  sections[2].sh_offset = sizeof h + strtab.size();
-  sections[2].sh_size = shstrtab.size();
-  std::string image(reinterpret_cast<const char*>(&h), sizeof h);
-  image += strtab + shstrtab;
-  image.append(reinterpret_cast<const char*>(sections), sizeof sections);
-  return image;
-}
-
-// A clang offload bundle, as some hiprtc versions return hip-c's code: the magic, the
-// entry count, each entry's offset, size and triple, then the entries' bytes.
-std::string OffloadBundle(const std::vector<std::pair<std::string, std::string>>& entries) {
-  std::string header = "__CLANG_OFFLOAD_BUNDLE__";
-  auto u64 = [](uint64_t v) { return std::string(reinterpret_cast<const char*>(&v), 8); };
-  size_t size = header.size() + 8;
-  for (const auto& [triple, image] : entries) size += 24 + triple.size();
-  header += u64(entries.size());
-  std::string body;
-  for (const auto& [triple, image] : entries) {
-    header += u64(size + body.size()) + u64(image.size()) + u64(triple.size()) + triple;
-    body += image;
-  }
-  return header + body;
 }
 
 // The kinds of object the fake counts, each of which its owner must release.
@@ -270,14 +223,14 @@ TEST_P(FakeHipDeviceGraphTest, CodeObjectsLoadForTheirTargetAndKernelNodesAreRet
       return c->Load(source, artifact);
     };
     ASSERT_OK_AND_ASSIGN(std::unique_ptr<Kernel> scale,
-                         load({"hip-hsaco", CodeObject({"scale", "shift"}), "scale", signature, {}}));
+                         load({"hip-hsaco", AmdgpuCodeObject({kScale, kShift}), "scale", signature, {}}));
     EXPECT_EQ(fake_.count("modules"), 1);
 
-    absl::StatusOr<std::unique_ptr<Kernel>> other = load({"hip-hsaco", CodeObject({"scale"}), "missing", signature, {}});
+    absl::StatusOr<std::unique_ptr<Kernel>> other = load({"hip-hsaco", AmdgpuCodeObject({kScale}), "missing", signature, {}});
     EXPECT_EQ(other.status().code(), absl::StatusCode::kInvalidArgument) << other.status();
     EXPECT_THAT(std::string(other.status().message()), HasSubstr("no kernel named missing"));
     absl::StatusOr<std::unique_ptr<Kernel>> rdna =
-        load({"hip-hsaco", CodeObject({"scale"}, kGfx1030), "scale", signature, {}});
+        load({"hip-hsaco", AmdgpuCodeObject({kScale}, kGfx1030), "scale", signature, {}});
     EXPECT_EQ(rdna.status().code(), absl::StatusCode::kInvalidArgument) << rdna.status();
     EXPECT_THAT(std::string(rdna.status().message()),
                 AllOf(HasSubstr("does not load on hip:0"), HasSubstr("hipErrorNoBinaryForGpu")));
@@ -372,13 +325,13 @@ TEST_F(FakeHipDriverTest, TheFakeRefusesAMemcpyNodeOffLiveAllocations) {
   hipModule_t module = nullptr;
   const std::string host = "host-x86_64-unknown-linux--";
   const std::string bundle = OffloadBundle({{host, ""},
-                                            {"hipv4-amdgcn-amd-amdhsa--gfx1030", CodeObject({"k"}, kGfx1030)},
-                                            {"hipv4-amdgcn-amd-amdhsa--gfx90a", CodeObject({"k"})}});
+                                            {"hipv4-amdgcn-amd-amdhsa--gfx1030", AmdgpuCodeObject({kK}, kGfx1030)},
+                                            {"hipv4-amdgcn-amd-amdhsa--gfx90a", AmdgpuCodeObject({kK})}});
   ASSERT_EQ(hip->hipModuleLoadData(&module, bundle.data()), hipSuccess);
   hipFunction_t k = nullptr;
   EXPECT_EQ(hip->hipModuleGetFunction(&k, module, "k"), hipSuccess);
   EXPECT_EQ(hip->hipModuleUnload(module), hipSuccess);
-  const std::string elsewhere = OffloadBundle({{"hipv4-amdgcn-amd-amdhsa--gfx1030", CodeObject({"k"}, kGfx1030)}});
+  const std::string elsewhere = OffloadBundle({{"hipv4-amdgcn-amd-amdhsa--gfx1030", AmdgpuCodeObject({kK}, kGfx1030)}});
   EXPECT_EQ(hip->hipModuleLoadData(&module, elsewhere.data()), hipErrorNoBinaryForGpu);
   EXPECT_EQ(hip->hipModuleLoadData(&module, "MZ: neither a code object nor a bundle"), hipErrorInvalidImage);
 
@@ -433,10 +386,10 @@ class RealHiprtc {
   decltype(&hiprtcDestroyProgram) destroy_ = nullptr;
 };
 
-// The fake takes what AMD's compiler makes, by the rules it checks CodeObject's images
-// with: a code object for the device's target loads and its kernel is found, one for the
-// device's target with xnack on (which the device runs without) or for another target
-// does not.
+// The fake takes what AMD's compiler makes, by the rules it checks AmdgpuCodeObject's
+// images with: a code object for the device's target loads and its kernel is found, one
+// for the device's target with xnack on (which the device runs without) or for another
+// target does not.
 TEST_F(FakeHipDriverTest, TheFakeLoadsWhatAmdsCompilerMakesForItsTargetOnly) {
   absl::StatusOr<RealHiprtc> rtc = RealHiprtc::Open();
   if (!rtc.ok()) GTEST_SKIP() << rtc.status().message();
@@ -469,7 +422,7 @@ TEST_F(FakeHipDriverTest, AKernelFaultFailsEverySessionUntilTheLastCloses) {
   ASSERT_NE(device, nullptr);
   TempDir dir;
   const ProgramSource source{
-      "hip-hsaco", CodeObject({"fault"}), "fault", Signature{{{"x", ParamKind::kBuffer, Access::kInout}}}, {}};
+      "hip-hsaco", AmdgpuCodeObject({kFault}), "fault", Signature{{{"x", ParamKind::kBuffer, Access::kInout}}}, {}};
   ASSERT_TRUE(device->Compile(source, dir.path() / "fault").ok());
   {
     ASSERT_OK_AND_ASSIGN(std::unique_ptr<Context> mine, device->OpenContext({"test"}));
@@ -587,13 +540,13 @@ TEST_P(FakeHipDaemonTest, AProgramFreedWithALaunchInFlightOutlivesTheLaunch) {
   const v1::Signature signature = *ParseSignature("out,in,in,int32");
   Buffer a = Alloc(kN * 4), b = Alloc(kN * 4), out = Alloc(kN * 4);
   {
-    ASSERT_OK_AND_ASSIGN(Program p, session_->Load(ProgramSpec{"hip-hsaco", CodeObject({"add"}), "add", signature, {}}));
+    ASSERT_OK_AND_ASSIGN(Program p, session_->Load(ProgramSpec{"hip-hsaco", AmdgpuCodeObject({kAdd}), "add", signature, {}}));
     ASSERT_OK(session_->Launch(p, {View{&out}, View{&a}, View{&b}, int64_t{kN}}, {4, 1, 1}, {64, 1, 1},
                                /*wait=*/false)
                   .status());
   }  // freed here, the launch not waited for
   ASSERT_OK_AND_ASSIGN(Program again,
-                       session_->Load(ProgramSpec{"hip-hsaco", CodeObject({"add"}), "add", signature, {}}));
+                       session_->Load(ProgramSpec{"hip-hsaco", AmdgpuCodeObject({kAdd}), "add", signature, {}}));
   EXPECT_OK(session_->Launch(again, {View{&out}, View{&a}, View{&b}, int64_t{kN}}, {4, 1, 1}, {64, 1, 1},
                              /*wait=*/true)
                 .status());
@@ -607,12 +560,12 @@ TEST_P(FakeHipDaemonTest, CodeObjectsLoadLaunchAndReplay) {
   {
     const v1::Signature signature = *ParseSignature("out,in,in,int32");
     Buffer a = Alloc(kN * 4), b = Alloc(kN * 4), out = Alloc(kN * 4);
-    ASSERT_OK_AND_ASSIGN(Program add, session_->Load(ProgramSpec{"hip-hsaco", CodeObject({"add"}), "add", signature, {}}));
+    ASSERT_OK_AND_ASSIGN(Program add, session_->Load(ProgramSpec{"hip-hsaco", AmdgpuCodeObject({kAdd}), "add", signature, {}}));
     ASSERT_OK_AND_ASSIGN(v1::LaunchReply launched,
                          session_->Launch(add, {View{&out}, View{&a}, View{&b}, int64_t{kN}}, {4, 1, 1}, {64, 1, 1},
                                           /*wait=*/true));
     EXPECT_GT(launched.device_seconds(), 0);
-    auto rdna = session_->Load(ProgramSpec{"hip-hsaco", CodeObject({"add"}, kGfx1030), "add", signature, {}});
+    auto rdna = session_->Load(ProgramSpec{"hip-hsaco", AmdgpuCodeObject({kAdd}, kGfx1030), "add", signature, {}});
     EXPECT_EQ(rdna.status().code(), absl::StatusCode::kInvalidArgument) << rdna.status();
     EXPECT_THAT(std::string(rdna.status().message()), HasSubstr("hipErrorNoBinaryForGpu"));
     auto source = session_->Load(ProgramSpec{"hip-c", "__global__ void add() {}", "add", signature, {}});
@@ -630,6 +583,94 @@ TEST_P(FakeHipDaemonTest, CodeObjectsLoadLaunchAndReplay) {
   ExpectTheDaemonLeftNothing();
 }
 
+// The runtime reads one argument per explicit parameter of the kernel's metadata, each
+// one's bytes, whatever the signature says: a signature that differs from the metadata
+// is refused at Load, as is a code object without metadata.
+TEST_P(FakeHipDaemonTest, ASignatureThatDiffersFromTheKernelsMetadataIsRefused) {
+  struct Wrong {
+    const char* signature;
+    const char* message;
+  };
+  for (const Wrong& wrong : {
+           Wrong{"out,in,in", "takes more than 3 parameters; its signature declares 3 parameters (8, 8, 8 bytes)"},
+           Wrong{"out,in,in,int32,int32",
+                 "takes 4 parameters (8, 8, 8, 4 bytes); its signature declares 5 parameters (8, 8, 8, 4, 4 bytes)"},
+           Wrong{"out,in,in,int64",
+                 "takes 4 parameters (8, 8, 8, 4 bytes); its signature declares 4 parameters (8, 8, 8, 8 bytes)"},
+           Wrong{"", "takes more than 0 parameters; its signature declares no parameters"},
+       }) {
+    ASSERT_OK_AND_ASSIGN(v1::Signature signature, ParseSignature(wrong.signature));
+    auto refused = session_->Load(ProgramSpec{"hip-hsaco", AmdgpuCodeObject({kAdd}), "add", signature, {}});
+    EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument) << wrong.signature << ": " << refused.status();
+    EXPECT_THAT(std::string(refused.status().message()), HasSubstr(std::string("hip-hsaco kernel add ") + wrong.message))
+        << wrong.signature;
+  }
+  const v1::Signature right = *ParseSignature("out,in,in,int32");
+  auto bare = session_->Load(ProgramSpec{
+      "hip-hsaco", AmdgpuCodeObject({kAdd}, replayd::testing::kGfx90a, replayd::testing::AmdgpuNotes{}), "add", right,
+      {}});
+  EXPECT_EQ(bare.status().code(), absl::StatusCode::kInvalidArgument) << bare.status();
+  EXPECT_THAT(std::string(bare.status().message()), HasSubstr("no AMDGPU metadata note"));
+  auto missing = session_->Load(ProgramSpec{"hip-hsaco", AmdgpuCodeObject({kAdd}), "sub", right, {}});
+  EXPECT_EQ(missing.status().code(), absl::StatusCode::kInvalidArgument) << missing.status();
+  EXPECT_THAT(std::string(missing.status().message()), HasSubstr("hip-hsaco program has no kernel named sub"));
+  EXPECT_OK(session_->Load(ProgramSpec{"hip-hsaco", AmdgpuCodeObject({kAdd}), "add", right, {}}).status());
+  ExpectTheDaemonLeftNothing();
+}
+
+// A kernel runs at most as many work-items a block as its metadata's
+// .max_flat_workgroup_size (its launch bounds): a launch that asks more, eager or
+// captured, is INVALID_ARGUMENT naming the limit; so is a graph's node at instantiation
+// or at a replay's update, whose block size is a variable; within them each runs.
+TEST_P(FakeHipDaemonTest, ABlockPastTheKernelsLaunchBoundsIsRefused) {
+  const AmdgpuKernelSpec bounded{"add", {8, 8, 8, 4}, 64};
+  ASSERT_OK_AND_ASSIGN(Program p, session_->Load(ProgramSpec{"hip-hsaco", AmdgpuCodeObject({bounded}), "add",
+                                                             *ParseSignature("out,in,in,int32"), {}}));
+  Buffer a = Alloc(kN * 4), b = Alloc(kN * 4), out = Alloc(kN * 4);
+  auto refused =
+      session_->Launch(p, {View{&out}, View{&a}, View{&b}, int64_t{kN}}, {2, 1, 1}, {128, 1, 1}, /*wait=*/true);
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument) << refused.status();
+  EXPECT_THAT(std::string(refused.status().message()),
+              HasSubstr("kernel add runs at most 64 threads a block (its launch bounds); local 128x1x1 is 128"));
+  EXPECT_OK(
+      session_->Launch(p, {View{&out}, View{&a}, View{&b}, int64_t{kN}}, {4, 1, 1}, {64, 1, 1}, /*wait=*/true).status());
+  ASSERT_OK(session_->BeginCapture({&a, &b}, {}));
+  auto captured =
+      session_->Launch(p, {View{&out}, View{&a}, View{&b}, int64_t{kN}}, {2, 1, 1}, {128, 1, 1}, /*wait=*/true);
+  EXPECT_EQ(captured.status().code(), absl::StatusCode::kInvalidArgument) << captured.status();
+  ASSERT_OK(session_->Launch(p, {View{&out}, View{&a}, View{&b}, int64_t{kN}}, {4, 1, 1}, {64, 1, 1}).status());
+  ASSERT_OK_AND_ASSIGN(Graph captured_graph, session_->EndCapture({&out}));
+  EXPECT_OK(session_->Replay(captured_graph, {&a, &b, &out}, /*wait=*/true).status());
+
+  v1::GraphDef def;
+  v1::Variable* t = def.add_variables();
+  t->set_name("t");
+  t->set_min(32);
+  t->set_max(128);
+  t->set_multiple_of(32);
+  for (int i = 0; i < 3; ++i) {
+    v1::Slot* slot = def.add_slots();
+    slot->set_kind(v1::Slot::PARAMETER);
+    slot->set_bytes(kN * 4);
+  }
+  v1::GraphCall* call = def.add_calls();
+  call->set_program(p.handle());
+  for (uint32_t slot : {2u, 0u, 1u}) call->add_args()->mutable_view()->set_slot(slot);
+  call->add_args()->mutable_expr()->set_constant(kN);
+  call->add_global()->set_constant(kN / 32);
+  call->add_local()->set_variable("t");
+  ASSERT_OK_AND_ASSIGN(Graph graph, session_->DefineGraph(def));
+  for (int64_t threads : {128, 64, 128, 32}) {
+    auto replayed = session_->Replay(graph, {&a, &b, &out, threads}, /*wait=*/true);
+    if (threads > 64) {
+      EXPECT_EQ(replayed.status().code(), absl::StatusCode::kInvalidArgument) << threads << ": " << replayed.status();
+      EXPECT_THAT(std::string(replayed.status().message()), HasSubstr("runs at most 64 threads a block")) << threads;
+    } else {
+      EXPECT_OK(replayed.status()) << threads;
+    }
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Policies, FakeHipDaemonTest, kPolicies, PolicyName);
 
 // In the daemon's process (isolation shared), a kernel fault loses hip:0's state for
@@ -645,7 +686,7 @@ TEST_P(FakeHipFaultTest, AKernelFaultFailsTheDevicesSessionsUntilTheLastCloses) 
     Buffer mine = Alloc(64);
     auto theirs = other->Alloc(64);
     ASSERT_TRUE(theirs.ok()) << theirs.status();
-    ASSERT_OK_AND_ASSIGN(Program fault, session_->Load(ProgramSpec{"hip-hsaco", CodeObject({"fault"}), "fault",
+    ASSERT_OK_AND_ASSIGN(Program fault, session_->Load(ProgramSpec{"hip-hsaco", AmdgpuCodeObject({kFault}), "fault",
                                                                    *ParseSignature("inout"), {}}));
     auto launched = session_->Launch(fault, {View{&mine}}, {1, 1, 1}, {1, 1, 1}, /*wait=*/true);
     EXPECT_FALSE(launched.ok());
@@ -737,7 +778,7 @@ TEST_F(FakeHipExecutorTest, AKernelFaultEndsOnlyItsTenantsExecutor) {
   ExpectCopiesRight(mine_too, 2);
   ASSERT_OK_AND_ASSIGN(Buffer held, mine.Alloc(1 << 20));
   ASSERT_OK_AND_ASSIGN(Buffer also, mine_too.Alloc(64));
-  ASSERT_OK_AND_ASSIGN(Program fault, mine.Load(ProgramSpec{"hip-hsaco", CodeObject({"fault"}), "fault",
+  ASSERT_OK_AND_ASSIGN(Program fault, mine.Load(ProgramSpec{"hip-hsaco", AmdgpuCodeObject({kFault}), "fault",
                                                             *ParseSignature("inout"), {}}));
   absl::StatusOr<v1::LaunchReply> launched = mine.Launch(fault, {View{&held}}, {1, 1, 1}, {1, 1, 1}, /*wait=*/true);
   ASSERT_EQ(launched.status().code(), absl::StatusCode::kFailedPrecondition) << launched.status();

@@ -6,6 +6,7 @@
 #include <gmock/gmock.h>
 
 #include "client/demo.h"
+#include "drivers/amdgpu_metadata.h"
 #include "drivers/hip/hip_driver.h"
 
 namespace replayd {
@@ -89,6 +90,40 @@ TEST_F(HipProgramTest, CodeObjectsAreCheckedForTheirForm) {
   auto hsaco = BuildHipModule(ProgramSource{"hip-hsaco", compiled->image, "scale", {}, {}}, *hip_, "gfx90a");
   ASSERT_TRUE(hsaco.ok()) << hsaco.status();
   EXPECT_EQ(hsaco->image, compiled->image);
+}
+
+// What hiprtc writes in a code object's metadata is what replayd reads a kernel's
+// arguments and launch bounds from (drivers/amdgpu_metadata.h): the explicit arguments'
+// sizes in order (a struct by value at its size), and __launch_bounds__ or LLVM's
+// default of 1024.
+TEST_F(HipProgramTest, TheMetadataHiprtcWritesGivesEachKernelsArgumentsAndLaunchBounds) {
+  constexpr char kKernels[] = R"(
+struct Five { float v[5]; };
+extern "C" __global__ void __launch_bounds__(64) mixed(float *out, const float *in, int n, double d, char c) {
+  int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < n) out[i] = in[i] + d + c;
+}
+extern "C" __global__ void by_value(Five f, float *x) { x[0] = f.v[3]; }
+__global__ void twice(float *x) { x[0] *= 2; }
+)";
+  for (const char* arch : {"gfx90a", "gfx1030"}) {
+    SCOPED_TRACE(arch);
+    auto mixed = BuildHipModule(ProgramSource{"hip-c", kKernels, "mixed", {}, {}}, *hip_, arch);
+    ASSERT_TRUE(mixed.ok()) << mixed.status();
+    auto info = ReadAmdgpuKernelInfo(mixed->image, "mixed", "hip-c");
+    ASSERT_TRUE(info.ok()) << info.status();
+    EXPECT_THAT(info->arg_sizes, ::testing::ElementsAre(8, 8, 4, 8, 1));
+    EXPECT_EQ(info->max_flat_workgroup_size, 64u);
+    info = ReadAmdgpuKernelInfo(mixed->image, "by_value", "hip-c");
+    ASSERT_TRUE(info.ok()) << info.status();
+    EXPECT_THAT(info->arg_sizes, ::testing::ElementsAre(20, 8));
+    EXPECT_EQ(info->max_flat_workgroup_size, 1024u);
+    auto twice = BuildHipModule(ProgramSource{"hip-c", kKernels, "twice", {}, {}}, *hip_, arch);
+    ASSERT_TRUE(twice.ok()) << twice.status();
+    info = ReadAmdgpuKernelInfo(twice->image, twice->entry, "hip-c");
+    ASSERT_TRUE(info.ok()) << "by its lowered name " << twice->entry << ": " << info.status();
+    EXPECT_THAT(info->arg_sizes, ::testing::ElementsAre(8));
+  }
 }
 
 // The decode demo's kernels are plain HIP as well as CUDA C: every entry compiles.
