@@ -626,8 +626,9 @@ absl::StatusOr<std::unique_ptr<Kernel>> CudaContext::Load(const ProgramSource& s
   // when it takes more.
   std::vector<size_t> taken;
   r = ParamSizes(cu, function, source.signature.params.size() + 1, &taken);
-  absl::Status params =
-      r == CUDA_SUCCESS ? CheckParamSizes(source.format, module_artifact->entry, source.signature, taken) : absl::OkStatus();
+  const absl::Status params = r == CUDA_SUCCESS
+                                  ? CheckParamSizes(source.format, module_artifact->entry, source.signature, taken)
+                                  : absl::OkStatus();
   if (r != CUDA_SUCCESS || !params.ok()) {
     cu.cuModuleUnload(module);
     return r != CUDA_SUCCESS ? Check(r, "cuFuncGetParamInfo") : params;

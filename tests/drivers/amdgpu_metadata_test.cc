@@ -11,12 +11,12 @@
 namespace replayd {
 namespace {
 
-using ::testing::ElementsAre;
-using ::testing::HasSubstr;
 using testing::AmdgpuCodeObject;
 using testing::AmdgpuKernelSpec;
 using testing::AmdgpuMetadata;
 using testing::AmdgpuNotes;
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
 using testing::MsgPackWriter;
 using testing::OffloadBundle;
 
@@ -47,10 +47,11 @@ TEST(AmdgpuMetadataTest, AKernelsExplicitArgumentsAndLaunchBoundsAreRead) {
 // section; where both hold one, they must agree.
 TEST(AmdgpuMetadataTest, TheNoteIsReadFromASegmentOrASectionAndTwoMustAgree) {
   const std::string metadata = AmdgpuMetadata({kScale});
-  for (AmdgpuNotes notes : {AmdgpuNotes{metadata, std::nullopt}, AmdgpuNotes{std::nullopt, metadata},
-                            AmdgpuNotes{metadata, metadata}}) {
-    ASSERT_OK_AND_ASSIGN(AmdgpuKernelInfo info,
-                         ReadAmdgpuKernelInfo(AmdgpuCodeObject({kScale}, testing::kGfx90a, notes), "scale", "hip-hsaco"));
+  for (AmdgpuNotes notes :
+       {AmdgpuNotes{metadata, std::nullopt}, AmdgpuNotes{std::nullopt, metadata}, AmdgpuNotes{metadata, metadata}}) {
+    ASSERT_OK_AND_ASSIGN(
+        AmdgpuKernelInfo info,
+        ReadAmdgpuKernelInfo(AmdgpuCodeObject({kScale}, testing::kGfx90a, notes), "scale", "hip-hsaco"));
     EXPECT_THAT(info.arg_sizes, ElementsAre(8, 4));
   }
   EXPECT_THAT(Refusal(AmdgpuCodeObject({kScale}, testing::kGfx90a, AmdgpuNotes{})),
@@ -117,9 +118,9 @@ TEST(AmdgpuMetadataTest, MetadataOfAnotherFormIsRefused) {
   std::string deep = MsgPackWriter().Map(2).Str("deep").bytes();
   deep += std::string(200000, '\x91') + '\xc0';  // arrays of one array of one ... of nil
   deep += MsgPackWriter().Str("amdhsa.kernels").Array(1).Map(1).Str(".symbol").Str("scale.kd").bytes();
-  ASSERT_OK_AND_ASSIGN(AmdgpuKernelInfo info, ReadAmdgpuKernelInfo(AmdgpuCodeObject({kScale}, testing::kGfx90a,
-                                                                                    AmdgpuNotes{deep, deep}),
-                                                                   "scale", "hip-hsaco"));
+  ASSERT_OK_AND_ASSIGN(AmdgpuKernelInfo info,
+                       ReadAmdgpuKernelInfo(AmdgpuCodeObject({kScale}, testing::kGfx90a, AmdgpuNotes{deep, deep}),
+                                            "scale", "hip-hsaco"));
   EXPECT_TRUE(info.arg_sizes.empty());
   EXPECT_EQ(info.max_flat_workgroup_size, 0u) << "not given";
 }
@@ -128,9 +129,10 @@ TEST(AmdgpuMetadataTest, MetadataOfAnotherFormIsRefused) {
 // arguments; the smallest launch bounds count; the host's empty entry is passed over.
 TEST(AmdgpuMetadataTest, AnOffloadBundlesCodeObjectsAreReadAndMustAgree) {
   const AmdgpuKernelSpec narrow{"scale", {8, 4}, 128};
-  const std::string bundle = OffloadBundle({{"host-x86_64-unknown-linux", ""},
-                                            {"hipv4-amdgcn-amd-amdhsa--gfx1030", AmdgpuCodeObject({kScale}, testing::kGfx1030)},
-                                            {"hipv4-amdgcn-amd-amdhsa--gfx90a", AmdgpuCodeObject({narrow, kAdd})}});
+  const std::string bundle =
+      OffloadBundle({{"host-x86_64-unknown-linux", ""},
+                     {"hipv4-amdgcn-amd-amdhsa--gfx1030", AmdgpuCodeObject({kScale}, testing::kGfx1030)},
+                     {"hipv4-amdgcn-amd-amdhsa--gfx90a", AmdgpuCodeObject({narrow, kAdd})}});
   ASSERT_OK_AND_ASSIGN(AmdgpuKernelInfo scale, ReadAmdgpuKernelInfo(bundle, "scale", "hip-c"));
   EXPECT_THAT(scale.arg_sizes, ElementsAre(8, 4));
   EXPECT_EQ(scale.max_flat_workgroup_size, 128u);

@@ -540,7 +540,8 @@ TEST_P(FakeHipDaemonTest, AProgramFreedWithALaunchInFlightOutlivesTheLaunch) {
   const v1::Signature signature = *ParseSignature("out,in,in,int32");
   Buffer a = Alloc(kN * 4), b = Alloc(kN * 4), out = Alloc(kN * 4);
   {
-    ASSERT_OK_AND_ASSIGN(Program p, session_->Load(ProgramSpec{"hip-hsaco", AmdgpuCodeObject({kAdd}), "add", signature, {}}));
+    ASSERT_OK_AND_ASSIGN(Program p,
+                         session_->Load(ProgramSpec{"hip-hsaco", AmdgpuCodeObject({kAdd}), "add", signature, {}}));
     ASSERT_OK(session_->Launch(p, {View{&out}, View{&a}, View{&b}, int64_t{kN}}, {4, 1, 1}, {64, 1, 1},
                                /*wait=*/false)
                   .status());
@@ -560,7 +561,8 @@ TEST_P(FakeHipDaemonTest, CodeObjectsLoadLaunchAndReplay) {
   {
     const v1::Signature signature = *ParseSignature("out,in,in,int32");
     Buffer a = Alloc(kN * 4), b = Alloc(kN * 4), out = Alloc(kN * 4);
-    ASSERT_OK_AND_ASSIGN(Program add, session_->Load(ProgramSpec{"hip-hsaco", AmdgpuCodeObject({kAdd}), "add", signature, {}}));
+    ASSERT_OK_AND_ASSIGN(Program add,
+                         session_->Load(ProgramSpec{"hip-hsaco", AmdgpuCodeObject({kAdd}), "add", signature, {}}));
     ASSERT_OK_AND_ASSIGN(v1::LaunchReply launched,
                          session_->Launch(add, {View{&out}, View{&a}, View{&b}, int64_t{kN}}, {4, 1, 1}, {64, 1, 1},
                                           /*wait=*/true));
@@ -601,8 +603,10 @@ TEST_P(FakeHipDaemonTest, ASignatureThatDiffersFromTheKernelsMetadataIsRefused) 
        }) {
     ASSERT_OK_AND_ASSIGN(v1::Signature signature, ParseSignature(wrong.signature));
     auto refused = session_->Load(ProgramSpec{"hip-hsaco", AmdgpuCodeObject({kAdd}), "add", signature, {}});
-    EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument) << wrong.signature << ": " << refused.status();
-    EXPECT_THAT(std::string(refused.status().message()), HasSubstr(std::string("hip-hsaco kernel add ") + wrong.message))
+    EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument)
+        << wrong.signature << ": " << refused.status();
+    EXPECT_THAT(std::string(refused.status().message()),
+                HasSubstr(std::string("hip-hsaco kernel add ") + wrong.message))
         << wrong.signature;
   }
   const v1::Signature right = *ParseSignature("out,in,in,int32");
@@ -632,8 +636,8 @@ TEST_P(FakeHipDaemonTest, ABlockPastTheKernelsLaunchBoundsIsRefused) {
   EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument) << refused.status();
   EXPECT_THAT(std::string(refused.status().message()),
               HasSubstr("kernel add runs at most 64 threads a block (its launch bounds); local 128x1x1 is 128"));
-  EXPECT_OK(
-      session_->Launch(p, {View{&out}, View{&a}, View{&b}, int64_t{kN}}, {4, 1, 1}, {64, 1, 1}, /*wait=*/true).status());
+  EXPECT_OK(session_->Launch(p, {View{&out}, View{&a}, View{&b}, int64_t{kN}}, {4, 1, 1}, {64, 1, 1}, /*wait=*/true)
+                .status());
   ASSERT_OK(session_->BeginCapture({&a, &b}, {}));
   auto captured =
       session_->Launch(p, {View{&out}, View{&a}, View{&b}, int64_t{kN}}, {2, 1, 1}, {128, 1, 1}, /*wait=*/true);
