@@ -113,11 +113,13 @@ uint64_t GraphInstance::PlaceholderBytes() const {
 absl::Status GraphInstance::Prepare(const BatchOptions& options) {
   const SlotIndex index = IndexSlots();
   if (absl::Status s = PlanArena(index); !s.ok()) return s;
-  // A node is built on real memory of this context: CUDA refuses a memcpy node on an
-  // address it does not know (a kernel node takes any pointer as a plain value). A copy's
-  // view of a parameter is built on a placeholder, an allocation as large as the largest
-  // such view reaches, held only while the batches are instantiated: every replay retargets
-  // the node to its buffer before it launches.
+  // A node is built on real memory of this context: CUDA and HIP refuse a memcpy node on
+  // an address they do not know (a kernel node takes any pointer as a plain value). A
+  // copy's view of a parameter is built on a placeholder, an allocation as large as the
+  // largest such view reaches, held only while the batches are instantiated: every replay
+  // retargets the node to its buffer before it launches. (A driver that cannot retarget a
+  // node instantiated on memory freed since, as CUDA documents, instantiates its copies on
+  // memory of its own: cuda_driver.cc.)
   std::optional<Allocation> placeholder;
   struct FreePlaceholder {
     Context& context;

@@ -138,6 +138,10 @@ class CudaContext : public Context {
   CUstream stream() const { return stream_; }
   CUcontext ctx() const { return ctx_; }
   uint64_t max_pitch() const;
+  // Two stretches of kCopyScratchBytes of device memory that live as long as the context:
+  // what a memcpy node is instantiated on (CudaGraph::Build), allocated at the first call.
+  absl::StatusOr<CUdeviceptr> CopyScratch();
+  static constexpr uint64_t kCopyScratchBytes = 256;
   // Records the start event, runs `submit`, and with `wait` waits and returns the time
   // between the events.
   template <typename Submit>
@@ -155,6 +159,8 @@ class CudaContext : public Context {
   CUstream stream_ = nullptr;
   CUevent start_ = nullptr, stop_ = nullptr;
 
+  absl::Mutex scratch_mu_;
+  CUdeviceptr copy_scratch_ ABSL_GUARDED_BY(scratch_mu_) = 0;
   mutable absl::Mutex fault_mu_;
   absl::Status fault_ ABSL_GUARDED_BY(fault_mu_);
 
@@ -271,39 +277,46 @@ CUDA_KERNEL_NODE_PARAMS NodeParams(CUfunction f, const Dim3& global, const Dim3&
   return p;
 }
 
-// The memcpy nodes of a device-to-device copy of `bytes`. The driver refuses a copy whose
-// pitch passes the device's CU_DEVICE_ATTRIBUTE_MAX_PITCH (2 GiB - 1 on an H200), and a
-// one-row copy's pitch is its width: so a copy larger than that is rows of the largest
-// power of two within it, laid end to end (pitch = width), and a second node for the
-// bytes after the last whole row.
+// A 1-dimensional device-to-device copy of `bytes` (pitch = width), as a memcpy node
+// describes it.
+CUDA_MEMCPY3D CopyParams(uint64_t dst, uint64_t src, uint64_t bytes) {
+  CUDA_MEMCPY3D p;
+  std::memset(&p, 0, sizeof p);
+  p.srcMemoryType = CU_MEMORYTYPE_DEVICE;
+  p.srcDevice = static_cast<CUdeviceptr>(src);
+  p.srcPitch = bytes;
+  p.srcHeight = 1;
+  p.dstMemoryType = CU_MEMORYTYPE_DEVICE;
+  p.dstDevice = static_cast<CUdeviceptr>(dst);
+  p.dstPitch = bytes;
+  p.dstHeight = 1;
+  p.WidthInBytes = bytes;
+  p.Height = 1;
+  p.Depth = 1;
+  return p;
+}
+
+// The memcpy nodes of a copy of `bytes`. A node's pitch may not pass the device's
+// CU_DEVICE_ATTRIBUTE_MAX_PITCH (2 GiB - 1 on an H200), a 1-dimensional copy's pitch is
+// its width, and only 1-dimensional nodes can be retargeted
+// (cuGraphExecMemcpyNodeSetParams): so a copy larger than that is pieces of the largest
+// power of two within it, end to end, the last one the rest.
 absl::InlinedVector<CUDA_MEMCPY3D, 2> CopyPieces(uint64_t dst, uint64_t src, uint64_t bytes, uint64_t max_pitch) {
-  auto piece = [](uint64_t dst, uint64_t src, uint64_t width, uint64_t rows) {
-    CUDA_MEMCPY3D p;
-    std::memset(&p, 0, sizeof p);
-    p.srcMemoryType = CU_MEMORYTYPE_DEVICE;
-    p.srcDevice = static_cast<CUdeviceptr>(src);
-    p.srcPitch = width;
-    p.srcHeight = rows;
-    p.dstMemoryType = CU_MEMORYTYPE_DEVICE;
-    p.dstDevice = static_cast<CUdeviceptr>(dst);
-    p.dstPitch = width;
-    p.dstHeight = rows;
-    p.WidthInBytes = width;
-    p.Height = rows;
-    p.Depth = 1;
-    return p;
-  };
-  if (bytes <= max_pitch) return {piece(dst, src, bytes, 1)};
-  const uint64_t row = std::bit_floor(max_pitch), rows = bytes / row, whole = rows * row;
-  absl::InlinedVector<CUDA_MEMCPY3D, 2> pieces = {piece(dst, src, row, rows)};
-  if (whole < bytes) pieces.push_back(piece(dst + whole, src + whole, bytes - whole, 1));
+  if (bytes <= max_pitch) return {CopyParams(dst, src, bytes)};
+  const uint64_t piece = std::bit_floor(max_pitch);
+  absl::InlinedVector<CUDA_MEMCPY3D, 2> pieces;
+  for (uint64_t at = 0; at < bytes; at += piece) pieces.push_back(CopyParams(dst + at, src + at, std::min(piece, bytes - at)));
   return pieces;
 }
 
 // A batch as one CUDA graph. The kernel nodes keep their packed arguments, so an update
 // repacks one node's block and hands it to cuGraphExecKernelNodeSetParams; a copy is a
-// memcpy node (two past the device's pitch: CopyPieces), updated with
-// cuGraphExecMemcpyNodeSetParams.
+// memcpy node (more than one past the device's pitch: CopyPieces), updated with
+// cuGraphExecMemcpyNodeSetParams. That call refuses a node whose operands at the
+// instantiation have since been unmapped ("the memory operands' mappings changed"), so
+// memcpy nodes are instantiated on the context's scratch, which outlives the graph, and
+// retargeted to their operands at once, at any size: the engine's placeholder for a
+// parameter, freed after the build, is never a node's instantiation-time operand.
 class CudaGraph : public DeviceGraph {
  public:
   explicit CudaGraph(CudaContext* context) : context_(context) {}
@@ -323,15 +336,21 @@ class CudaGraph : public DeviceGraph {
       for (auto [from, to] : edges)
         if (to == i) after[i].insert(after[i].end(), nodes_[from].handles.begin(), nodes_[from].handles.end());
       if (nodes[i].is_copy()) {
-        n.copy = {nodes[i].args[0].address, nodes[i].args[1].address, nodes[i].copy_bytes};
-        for (const CUDA_MEMCPY3D& p : CopyPieces(n.copy[0], n.copy[1], n.copy[2], context_->max_pitch())) {
-          CUgraphNode& handle = n.handles.emplace_back();
-          if (absl::Status s = context_->Check(cu.cuGraphAddMemcpyNode(&handle, graph_, after[i].data(),
-                                                                       after[i].size(), &p, context_->ctx()),
+        // Instantiated on the context's scratch, then retargeted below to its operands.
+        absl::StatusOr<CUdeviceptr> scratch = context_->CopyScratch();
+        if (!scratch.ok()) return scratch.status();
+        const uint64_t bytes = nodes[i].copy_bytes;
+        for (const CUDA_MEMCPY3D& piece : CopyPieces(0, 0, bytes, context_->max_pitch())) {
+          const CUDA_MEMCPY3D p = CopyParams(*scratch, *scratch + CudaContext::kCopyScratchBytes,
+                                             std::min<uint64_t>(piece.WidthInBytes, CudaContext::kCopyScratchBytes));
+          if (absl::Status s = context_->Check(cu.cuGraphAddMemcpyNode(&n.handles.emplace_back(), graph_,
+                                                                       after[i].data(), after[i].size(), &p,
+                                                                       context_->ctx()),
                                                "cuGraphAddMemcpyNode");
               !s.ok())
             return s;
         }
+        n.copy = {0, 0, bytes};  // retargeted once instantiated
         continue;
       }
       const auto* kernel = static_cast<const CudaKernel*>(nodes[i].kernel);
@@ -348,7 +367,13 @@ class CudaGraph : public DeviceGraph {
           !s.ok())
         return s;
     }
-    return context_->Check(cu.cuGraphInstantiateWithFlags(&exec_, graph_, 0), "cuGraphInstantiate");
+    if (absl::Status s = context_->Check(cu.cuGraphInstantiateWithFlags(&exec_, graph_, 0), "cuGraphInstantiate");
+        !s.ok())
+      return s;
+    for (size_t i = 0; i < nodes.size(); ++i)
+      if (nodes[i].is_copy())
+        if (absl::Status s = Update(i, nodes[i].args, {}, {}); !s.ok()) return s;
+    return absl::OkStatus();
   }
 
   absl::Status Update(size_t node, std::span<const ArgValue> args, const Dim3& global, const Dim3& local) override {
@@ -430,10 +455,22 @@ absl::Status CudaContext::Open() {
   return absl::OkStatus();
 }
 
+absl::StatusOr<CUdeviceptr> CudaContext::CopyScratch() {
+  absl::MutexLock lock(&scratch_mu_);
+  if (copy_scratch_ == 0)
+    if (absl::Status s = Check(cu().cuMemAlloc(&copy_scratch_, 2 * kCopyScratchBytes), "cuMemAlloc"); !s.ok())
+      return s;
+  return copy_scratch_;
+}
+
 CudaContext::~CudaContext() {
   const CudaLibrary& cu = device_->cu();
   if (cu.cuCtxSetCurrent(ctx_) == CUDA_SUCCESS) {
     if (stream_) cu.cuStreamSynchronize(stream_);
+    {
+      absl::MutexLock lock(&scratch_mu_);
+      if (copy_scratch_) cu.cuMemFree(copy_scratch_);
+    }
     absl::MutexLock lock(&staging_mu_);
     for (std::span<uint8_t> host : pinned_.ranges()) cu.cuMemHostUnregister(host.data());
     for (int i = 0; i < 2; ++i) {

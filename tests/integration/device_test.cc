@@ -430,9 +430,9 @@ TEST_P(DeviceTest, CopyNodesOnParametersInternalsAndConstants) {
   }
 }
 
-// A copy node larger than CUDA's largest pitch (CU_DEVICE_ATTRIBUTE_MAX_PITCH, 2 GiB - 1)
-// replays: 2.5 GiB and 4 KiB are two rows of 1 GiB and a node for the rest. Marked
-// stretches of the source, at its start, across each row's end and at its end, arrive;
+// A copy larger than CUDA's largest pitch (CU_DEVICE_ATTRIBUTE_MAX_PITCH, 2 GiB - 1)
+// replays: 2.5 GiB and 4 KiB are memcpy nodes of 1 GiB, 1 GiB and the rest. Marked
+// stretches of the source, at its start, across each piece's end and at its end, arrive;
 // an unmarked one stays zero.
 TEST_P(DeviceTest, ACopyNodeLargerThanCudasLargestPitchReplays) {
   if (device_.kind() != "cuda") GTEST_SKIP() << "only CUDA limits a copy node's pitch";

@@ -384,7 +384,8 @@ TEST_F(FakeCudaDriverTest, TheFakeChecksAMemcpyNodesPitchAndCopiesItsRows) {
   ASSERT_EQ(cu->cuGraphAddMemcpyNode(&node, graph, nullptr, 0, &rows, ctx), CUDA_SUCCESS);
   CUgraphExec exec = nullptr;
   ASSERT_EQ(cu->cuGraphInstantiateWithFlags(&exec, graph, 0), CUDA_SUCCESS);
-  EXPECT_EQ(cu->cuGraphExecMemcpyNodeSetParams(exec, node, &one_row, ctx), CUDA_ERROR_INVALID_VALUE);
+  EXPECT_EQ(cu->cuGraphExecMemcpyNodeSetParams(exec, node, &one_row, ctx), CUDA_ERROR_INVALID_VALUE)
+      << "a node instantiated 2-dimensional cannot be retargeted";
   ASSERT_EQ(cu->cuGraphLaunch(exec, nullptr), CUDA_SUCCESS);
   std::vector<uint8_t> got(256);
   ASSERT_EQ(cu->cuMemcpyDtoHAsync(got.data(), b, 256, nullptr), CUDA_SUCCESS);
@@ -393,6 +394,42 @@ TEST_F(FakeCudaDriverTest, TheFakeChecksAMemcpyNodesPitchAndCopiesItsRows) {
   EXPECT_EQ(cu->cuGraphExecDestroy(exec), CUDA_SUCCESS);
   EXPECT_EQ(cu->cuGraphDestroy(graph), CUDA_SUCCESS);
   for (CUdeviceptr p : {a, b}) EXPECT_EQ(cu->cuMemFree(p), CUDA_SUCCESS);
+  EXPECT_EQ(cu->cuCtxDestroy(ctx), CUDA_SUCCESS);
+  ExpectNothingLeft();
+}
+
+// cuGraphExecMemcpyNodeSetParams as its documentation says: new 1-dimensional operands
+// of another size are taken, but not once the operands the node was instantiated with
+// have been freed ("the memory operands' mappings changed").
+TEST_F(FakeCudaDriverTest, TheFakeRetargetsAMemcpyNodeOnlyWhileItsFirstOperandsLive) {
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<CudaLibrary> cu, CudaLibrary::Load());
+  CUcontext ctx = nullptr;
+  ASSERT_EQ(cu->cuCtxCreate(&ctx, nullptr, 0, 0), CUDA_SUCCESS);
+  CUdeviceptr a = 0, b = 0, c = 0, d = 0;
+  for (CUdeviceptr* p : {&a, &b, &c, &d}) ASSERT_EQ(cu->cuMemAlloc(p, 256), CUDA_SUCCESS);
+  const std::vector<uint8_t> pattern = Bytes(Iota(64, 3));
+  ASSERT_EQ(cu->cuMemcpyHtoDAsync(c, pattern.data(), 256, nullptr), CUDA_SUCCESS);
+  CUgraph graph = nullptr;
+  ASSERT_EQ(cu->cuGraphCreate(&graph, 0), CUDA_SUCCESS);
+  CUgraphNode node = nullptr;
+  const CUDA_MEMCPY3D first = Copy3D(b, a, 256);
+  ASSERT_EQ(cu->cuGraphAddMemcpyNode(&node, graph, nullptr, 0, &first, ctx), CUDA_SUCCESS);
+  CUgraphExec exec = nullptr;
+  ASSERT_EQ(cu->cuGraphInstantiateWithFlags(&exec, graph, 0), CUDA_SUCCESS);
+  const CUDA_MEMCPY3D smaller = Copy3D(d, c, 128);
+  ASSERT_EQ(cu->cuGraphExecMemcpyNodeSetParams(exec, node, &smaller, ctx), CUDA_SUCCESS) << "another size";
+  ASSERT_EQ(cu->cuGraphLaunch(exec, nullptr), CUDA_SUCCESS);
+  std::vector<uint8_t> got(256);
+  ASSERT_EQ(cu->cuMemcpyDtoHAsync(got.data(), d, 256, nullptr), CUDA_SUCCESS);
+  EXPECT_TRUE(std::equal(pattern.begin(), pattern.begin() + 128, got.begin())) << "its 128 bytes";
+  EXPECT_EQ(cu->cuMemFree(a), CUDA_SUCCESS);
+  const CUDA_MEMCPY3D whole = Copy3D(d, c, 256);
+  EXPECT_EQ(cu->cuGraphExecMemcpyNodeSetParams(exec, node, &whole, ctx), CUDA_ERROR_INVALID_VALUE)
+      << "the node's source at its instantiation is gone";
+
+  EXPECT_EQ(cu->cuGraphExecDestroy(exec), CUDA_SUCCESS);
+  EXPECT_EQ(cu->cuGraphDestroy(graph), CUDA_SUCCESS);
+  for (CUdeviceptr p : {b, c, d}) EXPECT_EQ(cu->cuMemFree(p), CUDA_SUCCESS);
   EXPECT_EQ(cu->cuCtxDestroy(ctx), CUDA_SUCCESS);
   ExpectNothingLeft();
 }
@@ -486,12 +523,11 @@ class FakeCudaNarrowPitchTest : public FakeCudaDaemonTest {
   void BeforeStart() override { fake_.set_max_pitch(kPitch); }
 };
 
-// A copy node larger than the device's pitch (CU_DEVICE_ATTRIBUTE_MAX_PITCH, 2 GiB - 1 on
-// an H200) is rows of 512 bytes, with a second node for the bytes after the last whole
-// row when there are some: 1024 bytes are two rows, 4004 seven rows and 420 bytes, 4352
-// eight rows and 256 bytes; 256 bytes stay one row. The fake refuses a node whose pitch
-// passes the device's, and copies row by row.
-TEST_P(FakeCudaNarrowPitchTest, CopiesLargerThanTheDevicesPitchReplayAsRows) {
+// A copy larger than the device's pitch (CU_DEVICE_ATTRIBUTE_MAX_PITCH, 2 GiB - 1 on an
+// H200) is memcpy nodes of 512 bytes end to end, the last one the rest: 1024 bytes are
+// two, 4004 eight (the last of 420 bytes), 4352 nine; 256 bytes stay one node. The fake
+// refuses a node whose pitch passes the device's, and retargets only 1-dimensional ones.
+TEST_P(FakeCudaNarrowPitchTest, CopiesLargerThanTheDevicesPitchReplayAsPieces) {
   for (int64_t n : {64, 256, 1001, 1088}) {
     SCOPED_TRACE(::testing::Message() << n << " floats");
     replayd::testing::CheckACopyGraphOnEveryKindOfSlot(*session_, n);

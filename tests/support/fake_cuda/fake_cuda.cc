@@ -78,6 +78,10 @@ struct CUgraphNode_st {
   std::string name;               // the kernel's, kept for launches after an unload
   CUcontext ctx = nullptr;        // the kernel's module's context, or the memcpy node's
   CUDA_MEMCPY3D copy{};           // a memcpy node's
+  // An instantiated memcpy node's operands as they were at the instantiation: the
+  // allocations (by their serial numbers) its source and destination lay in.
+  uint64_t original_src = 0, original_dst = 0;
+  bool original_1d = true;
 };
 struct CUgraph_st {
   std::vector<std::unique_ptr<CUgraphNode_st>> nodes;  // in creation order, which is a topological one
@@ -104,6 +108,7 @@ constexpr uint64_t kMaxPitch = 2147483647;  // an H200's CU_DEVICE_ATTRIBUTE_MAX
 struct Allocation {
   size_t bytes;
   CUcontext ctx;
+  uint64_t serial;  // never reused, where addresses are
 };
 
 struct State {
@@ -117,6 +122,7 @@ struct State {
   int primary_refs = 0;
   std::map<CUdeviceptr, Allocation> allocations;  // by base address
   size_t allocated = 0;
+  uint64_t allocation_serial = 0;
   struct HostAllocation {
     CUcontext ctx;
     size_t bytes;
@@ -216,6 +222,14 @@ bool Inside(const State& s, CUdeviceptr address, size_t bytes, CUcontext ctx) {
   const size_t offset = address - it->first;
   if (offset > it->second.bytes || bytes > it->second.bytes - offset) return false;
   return !ctx || it->second.ctx == ctx;
+}
+
+// The serial number of the live allocation that holds `address`; 0 when none does.
+uint64_t AllocationAt(const State& s, CUdeviceptr address) {
+  auto it = s.allocations.upper_bound(address);
+  if (address == 0 || it == s.allocations.begin()) return 0;
+  --it;
+  return address - it->first < it->second.bytes ? it->second.serial : 0;
 }
 
 // Launch dimensions within an H200's limits, a live function, and the argument forms
@@ -897,7 +911,7 @@ CUresult MemAlloc(CUdeviceptr* dptr, size_t bytes) {
   if (!p) return CUDA_ERROR_OUT_OF_MEMORY;
   std::memset(p, 0xcd, bytes);
   *dptr = reinterpret_cast<CUdeviceptr>(p);
-  s.allocations.emplace(*dptr, Allocation{bytes, ctx});
+  s.allocations.emplace(*dptr, Allocation{bytes, ctx, ++s.allocation_serial});
   s.allocated += bytes;
   return CUDA_SUCCESS;
 }
@@ -1215,7 +1229,12 @@ CUresult GraphInstantiateWithFlags(CUgraphExec* exec, CUgraph graph, unsigned lo
   e->ctx = ctx;
   for (const auto& node : graph->nodes) {
     if (node->function && !call.s.functions.count(node->function)) return CUDA_ERROR_INVALID_HANDLE;
-    e->nodes.emplace_back(node.get(), *node);
+    CUgraphNode_st& n = e->nodes.emplace_back(node.get(), *node).second;
+    if (!node->function) {
+      n.original_src = AllocationAt(call.s, n.copy.srcDevice + n.copy.srcXInBytes);
+      n.original_dst = AllocationAt(call.s, n.copy.dstDevice + n.copy.dstXInBytes);
+      n.original_1d = n.copy.Height == 1;
+    }
   }
   *exec = e.get();
   call.s.execs.emplace(*exec, std::move(e));
@@ -1256,14 +1275,23 @@ CUresult GraphExecKernelNodeSetParams(CUgraphExec exec, CUgraphNode node, const 
   return CUDA_SUCCESS;
 }
 
-// As the driver: the context may not change, and the new ranges are checked as a new
-// node's are.
+// As the driver documents it: the context may not change; the node's operands at the
+// instantiation and the new ones must be 1-dimensional; the instantiation's operands'
+// mappings must not have changed since (the fake: their allocations still live, so a node
+// instantiated on memory freed since cannot be retargeted); the new ranges, of any size,
+// are checked as a new node's are.
 CUresult GraphExecMemcpyNodeSetParams(CUgraphExec exec, CUgraphNode node, const CUDA_MEMCPY3D* p, CUcontext ctx) {
   Call call;
   if (CUresult r = call.blocked(); r != CUDA_SUCCESS) return r;
   CUgraphNode_st* n = ExecNode(call.s, exec, node, /*kernel=*/false);
   if (!n || ctx != n->ctx) return CUDA_ERROR_INVALID_VALUE;
   if (!n->ctx->alive) return CUDA_ERROR_CONTEXT_IS_DESTROYED;
+  if (!n->original_1d || !p || p->Height != 1) return CUDA_ERROR_INVALID_VALUE;
+  const auto live = [&](uint64_t serial) {
+    return std::any_of(call.s.allocations.begin(), call.s.allocations.end(),
+                       [&](const auto& a) { return a.second.serial == serial; });
+  };
+  if (!live(n->original_src) || !live(n->original_dst)) return CUDA_ERROR_INVALID_VALUE;
   if (CUresult r = CheckCopy(call.s, p, ctx); r != CUDA_SUCCESS) return r;
   n->copy = *p;
   return CUDA_SUCCESS;

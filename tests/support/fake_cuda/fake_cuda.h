@@ -39,7 +39,11 @@
 //   bytes through it, as the driver does, refuses missing ones, and refuses a block past
 //   the launch bounds;
 // - graph launches perform their memcpy nodes in node order, with the nodes as they were
-//   at the launch (an update afterwards changes later launches only).
+//   at the launch (an update afterwards changes later launches only);
+//   cuGraphExecMemcpyNodeSetParams takes what its documentation allows: new 1-dimensional
+//   operands of any size in the node's context, and only while the operands the node was
+//   instantiated with are still allocated ("the memory operands' mappings changed" is
+//   CUDA_ERROR_INVALID_VALUE), and only for a node instantiated 1-dimensional.
 // - cuMemHostRegister refuses a range that overlaps one registered (or cuMemHostAlloc's
 //   memory), cuMemHostUnregister one it does not hold, and a context's end drops its
 //   registrations (counted as reclaimed).
