@@ -305,7 +305,8 @@ absl::InlinedVector<CUDA_MEMCPY3D, 2> CopyPieces(uint64_t dst, uint64_t src, uin
   if (bytes <= max_pitch) return {CopyParams(dst, src, bytes)};
   const uint64_t piece = std::bit_floor(max_pitch);
   absl::InlinedVector<CUDA_MEMCPY3D, 2> pieces;
-  for (uint64_t at = 0; at < bytes; at += piece) pieces.push_back(CopyParams(dst + at, src + at, std::min(piece, bytes - at)));
+  for (uint64_t at = 0; at < bytes; at += piece)
+    pieces.push_back(CopyParams(dst + at, src + at, std::min(piece, bytes - at)));
   return pieces;
 }
 
@@ -416,8 +417,7 @@ class CudaGraph : public DeviceGraph {
  private:
   struct Node {
     const CudaKernel* kernel = nullptr;  // null: a copy
-    // The kernel's node, or the copy's (two when it is larger than the device's pitch:
-    // CopyPieces).
+    // The kernel's node, or the copy's: one per piece of it (CopyPieces).
     absl::InlinedVector<CUgraphNode, 2> handles;
     std::unique_ptr<KernelParams> params;  // heap: the node's kernelParams point into it; null: a copy
     Dim3 global, local;                    // as the instantiated node has them
