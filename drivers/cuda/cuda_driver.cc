@@ -31,9 +31,16 @@ absl::StatusOr<CudaContextPolicy> ParseCudaContextPolicy(absl::string_view name)
 
 namespace {
 
-// A fault is an error after which the context cannot be used again.
+// A fault is an error after which the context cannot be used again: among them every
+// error cuda.h says leaves the process in an inconsistent state, to be terminated and
+// relaunched.
 DeviceErrorKind Classify(CUresult r) {
   switch (r) {
+    case CUDA_ERROR_CONTAINED:
+    case CUDA_ERROR_LAUNCH_TIMEOUT:
+    case CUDA_ERROR_TENSOR_MEMORY_LEAK:
+    case CUDA_ERROR_MPS_CLIENT_TERMINATED:
+    case CUDA_ERROR_EXTERNAL_DEVICE:
     case CUDA_ERROR_ILLEGAL_ADDRESS:
     case CUDA_ERROR_LAUNCH_FAILED:
     case CUDA_ERROR_ILLEGAL_INSTRUCTION:

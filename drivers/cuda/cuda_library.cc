@@ -2,6 +2,8 @@
 
 #include <dlfcn.h>
 
+#include <algorithm>
+
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 
@@ -44,14 +46,28 @@ absl::StatusOr<std::unique_ptr<CudaLibrary>> CudaLibrary::Load() {
     const char* why = dlerror();
     return absl::UnavailableError(absl::StrCat("libcuda.so.1 not loaded: ", why ? why : "unknown error"));
   }
+  // The driver's version first: cuGetProcAddress refuses a CUDA version newer than the
+  // driver's (CUDA_ERROR_INVALID_VALUE), so the entry points are asked for at this
+  // toolkit's version or the driver's, whichever is older. Those replayd resolves have had
+  // the prototypes of this toolkit's cuda.h since CUDA 12.5 (cuCtxCreate became
+  // cuCtxCreate_v4 there), which is why 12.5 is the oldest driver served.
+  using DriverGetVersion = decltype(&::cuDriverGetVersion);
+  auto driver_version = reinterpret_cast<DriverGetVersion>(dlsym(lib->handle_, "cuDriverGetVersion"));
+  if (!driver_version) return absl::UnavailableError("libcuda.so.1 has no cuDriverGetVersion");
+  if (CUresult r = driver_version(&lib->version_); r != CUDA_SUCCESS)
+    return absl::UnavailableError(absl::StrCat("cuDriverGetVersion: CUresult ", static_cast<int>(r)));
+  if (lib->version_ < kMinimumVersion)
+    return absl::UnavailableError(absl::StrCat("the NVIDIA driver supports CUDA ", lib->version_ / 1000, ".",
+                                               lib->version_ % 1000 / 10, "; replayd needs 12.5 or newer"));
+  const int asked = std::min(lib->version_, CUDA_VERSION);
   using GetProcAddress = decltype(&::cuGetProcAddress_v2);
   auto get = reinterpret_cast<GetProcAddress>(dlsym(lib->handle_, "cuGetProcAddress_v2"));
   if (!get) return absl::UnavailableError("libcuda.so.1 has no cuGetProcAddress_v2 (driver older than CUDA 12)");
   auto resolve = [&](const char* name, void** out) -> absl::Status {
     CUdriverProcAddressQueryResult found;
-    CUresult r = get(name, out, CUDA_VERSION, CU_GET_PROC_ADDRESS_DEFAULT, &found);
+    CUresult r = get(name, out, asked, CU_GET_PROC_ADDRESS_DEFAULT, &found);
     if (r != CUDA_SUCCESS || found != CU_GET_PROC_ADDRESS_SUCCESS || !*out)
-      return absl::UnavailableError(absl::StrCat("libcuda.so.1 lacks ", name, " for CUDA ", CUDA_VERSION));
+      return absl::UnavailableError(absl::StrCat("libcuda.so.1 lacks ", name, " for CUDA ", asked));
     return absl::OkStatus();
   };
 #define REPLAYD_RESOLVE(name) \
@@ -105,13 +121,6 @@ absl::StatusOr<std::unique_ptr<CudaLibrary>> CudaLibrary::Load() {
   REPLAYD_RESOLVE(cuGraphExecMemcpyNodeSetParams)
   REPLAYD_RESOLVE(cuGraphLaunch)
 #undef REPLAYD_RESOLVE
-  // Entry points are asked for at this toolkit's version; a driver older than 12.5 would
-  // hand back cuCtxCreate with another signature.
-  if (CUresult r = lib->cuDriverGetVersion(&lib->version_); r != CUDA_SUCCESS)
-    return absl::UnavailableError(absl::StrCat("cuDriverGetVersion: ", lib->ErrorText(r)));
-  if (lib->version_ < kMinimumVersion)
-    return absl::UnavailableError(absl::StrCat("the NVIDIA driver supports CUDA ", lib->version_ / 1000, ".",
-                                               lib->version_ % 1000 / 10, "; replayd needs 12.5 or newer"));
   if (CUresult r = lib->cuInit(0); r != CUDA_SUCCESS)
     return absl::UnavailableError(absl::StrCat("cuInit: ", lib->ErrorText(r)));
   return lib;

@@ -46,6 +46,8 @@ struct FakeCuda {
   decltype(&fake_cuda_context_stack_depth) stack_depth = nullptr;
   decltype(&fake_cuda_count) count = nullptr;
   decltype(&fake_cuda_set_max_pitch) set_max_pitch = nullptr;
+  decltype(&fake_cuda_set_driver_version) set_driver_version = nullptr;
+  decltype(&fake_cuda_set_fault_error) set_fault_error = nullptr;
   decltype(&cuGetProcAddress_v2) get_proc_address = nullptr;
 };
 
@@ -62,9 +64,13 @@ absl::StatusOr<FakeCuda> FindFake() {
     fake.stack_depth = reinterpret_cast<decltype(fake.stack_depth)>(dlsym(handle, "fake_cuda_context_stack_depth"));
     fake.count = reinterpret_cast<decltype(fake.count)>(dlsym(handle, "fake_cuda_count"));
     fake.set_max_pitch = reinterpret_cast<decltype(fake.set_max_pitch)>(dlsym(handle, "fake_cuda_set_max_pitch"));
+    fake.set_driver_version =
+        reinterpret_cast<decltype(fake.set_driver_version)>(dlsym(handle, "fake_cuda_set_driver_version"));
+    fake.set_fault_error = reinterpret_cast<decltype(fake.set_fault_error)>(dlsym(handle, "fake_cuda_set_fault_error"));
     fake.get_proc_address = reinterpret_cast<decltype(fake.get_proc_address)>(dlsym(handle, "cuGetProcAddress_v2"));
   }
-  if (!fake.reset || !fake.stack_depth || !fake.count || !fake.set_max_pitch || !fake.get_proc_address)
+  if (!fake.reset || !fake.stack_depth || !fake.count || !fake.set_max_pitch || !fake.set_driver_version ||
+      !fake.set_fault_error || !fake.get_proc_address)
     return absl::UnavailableError(absl::StrCat("the libcuda.so.1 loaded is NVIDIA's driver, not the fake; ", kHow));
   return fake;
 }
@@ -434,6 +440,28 @@ TEST_F(FakeCudaDriverTest, TheFakeRetargetsAMemcpyNodeOnlyWhileItsFirstOperandsL
   ExpectNothingLeft();
 }
 
+// A driver older than the toolkit replayd is built with refuses entry points asked for
+// at the toolkit's version (CUDA_ERROR_INVALID_VALUE, as cuGetProcAddress documents): they
+// are asked for at the driver's, down to 12.5; an older driver is refused with its
+// version.
+TEST_F(FakeCudaDriverTest, ADriverOlderThanTheToolkitServesAtItsOwnVersion) {
+  fake_.set_driver_version(12060);
+  void* fn = nullptr;
+  CUdriverProcAddressQueryResult found = CU_GET_PROC_ADDRESS_SUCCESS;
+  EXPECT_EQ(fake_.get_proc_address("cuInit", &fn, CUDA_VERSION, CU_GET_PROC_ADDRESS_DEFAULT, &found),
+            CUDA_ERROR_INVALID_VALUE);
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<CudaLibrary> cu, CudaLibrary::Load());
+  EXPECT_EQ(cu->version(), 12060);
+  std::unique_ptr<Device> device = Discover(CudaContextPolicy::kSession);
+  ASSERT_NE(device, nullptr);
+  EXPECT_EQ(device->info().driver_version, "CUDA 12.6 driver");
+
+  fake_.set_driver_version(12040);
+  absl::StatusOr<std::unique_ptr<CudaLibrary>> old = CudaLibrary::Load();
+  EXPECT_EQ(old.status().code(), absl::StatusCode::kUnavailable) << old.status();
+  EXPECT_THAT(std::string(old.status().message()), HasSubstr("supports CUDA 12.4; replayd needs 12.5 or newer"));
+}
+
 // Where the daemon runs a tenant's CUDA work, named for test names: in the daemon's
 // process with either CUDA context policy, or in an executor process of the tenant's own
 // (whose fake libcuda is its own: this process's fake then sees none of its objects).
@@ -441,6 +469,7 @@ struct Policy {
   CudaContextPolicy context;
   Isolation isolation;
   const char* name;
+  CUresult fault_error = CUDA_ERROR_ILLEGAL_ADDRESS;  // what the fake's sticky fault answers
 };
 void PrintTo(const Policy& p, std::ostream* os) { *os << p.name; }
 const auto kInDaemon = ::testing::Values(Policy{CudaContextPolicy::kSession, Isolation::kShared, "session"},
@@ -461,6 +490,7 @@ class FakeCudaDaemonTest : public DaemonFixture, public ::testing::WithParamInte
     if (absl::Status s = CudaLibrary::sticky_fault(); !s.ok())
       GTEST_SKIP() << "an earlier case of this process faulted, which ends CUDA service for the process: " << s;
     fake_.reset();
+    fake_.set_fault_error(GetParam().fault_error);
     BeforeStart();
     Options options;
     options.adjust = [this](DaemonOptions& d) {
@@ -768,8 +798,8 @@ TEST_P(FakeCudaFaultTest, AKernelFaultEndsCudaServiceUntilTheDaemonRestarts) {
   // The fake answers as the H200 did: no new context of either kind.
   ASSERT_OK_AND_ASSIGN(std::unique_ptr<CudaLibrary> cu, CudaLibrary::Load());
   CUcontext ctx = nullptr;
-  EXPECT_EQ(cu->cuCtxCreate(&ctx, nullptr, 0, 0), CUDA_ERROR_ILLEGAL_ADDRESS);
-  EXPECT_EQ(cu->cuDevicePrimaryCtxRetain(&ctx, 0), CUDA_ERROR_ILLEGAL_ADDRESS);
+  EXPECT_EQ(cu->cuCtxCreate(&ctx, nullptr, 0, 0), GetParam().fault_error);
+  EXPECT_EQ(cu->cuDevicePrimaryCtxRetain(&ctx, 0), GetParam().fault_error);
 
   // The daemon and its CPU device serve on.
   ASSERT_OK_AND_ASSIGN(std::vector<v1::Device> devices, client_->ListDevices());
@@ -786,6 +816,18 @@ TEST_P(FakeCudaFaultTest, AKernelFaultEndsCudaServiceUntilTheDaemonRestarts) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Policies, FakeCudaFaultTest, kInDaemon, PolicyName);
+// Every other error cuda.h says leaves the process in an inconsistent state, to be
+// terminated and relaunched, is a fault as an illegal address is.
+INSTANTIATE_TEST_SUITE_P(
+    StickyErrors, FakeCudaFaultTest,
+    ::testing::Values(
+        Policy{CudaContextPolicy::kSession, Isolation::kShared, "contained", CUDA_ERROR_CONTAINED},
+        Policy{CudaContextPolicy::kSession, Isolation::kShared, "launch_timeout", CUDA_ERROR_LAUNCH_TIMEOUT},
+        Policy{CudaContextPolicy::kSession, Isolation::kShared, "tensor_memory_leak", CUDA_ERROR_TENSOR_MEMORY_LEAK},
+        Policy{CudaContextPolicy::kPrimary, Isolation::kShared, "mps_client_terminated",
+               CUDA_ERROR_MPS_CLIENT_TERMINATED},
+        Policy{CudaContextPolicy::kSession, Isolation::kShared, "external_device", CUDA_ERROR_EXTERNAL_DEVICE}),
+    PolicyName);
 
 // In executors (the default), a kernel fault ends only its tenant's executor: the fake in
 // that process is poisoned as a GPU's whole process is, while the daemon's process, the

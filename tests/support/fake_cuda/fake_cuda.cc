@@ -4,7 +4,7 @@
 // context stack per thread. Each entry point is a function of this file with exactly the
 // prototype cuda.h declares for it (checked at compile time where kEntries names it), and
 // reached only through cuGetProcAddress_v2, as CudaLibrary reaches the real ones. The
-// library exports that function and the test hooks, nothing else.
+// library exports that function, cuDriverGetVersion and the test hooks, nothing else.
 //
 // Where the fake is stricter or narrower than the driver, it says so at the function:
 // handles are checked, streams, events and functions must belong to the current context,
@@ -142,6 +142,8 @@ struct State {
   std::unordered_map<CUgraphExec, std::unique_ptr<CUgraphExec_st>> execs;
   int reclaimed = 0;
   uint64_t max_pitch = kMaxPitch;  // fake_cuda_set_max_pitch's
+  int driver_version = kVersion;   // fake_cuda_set_driver_version's
+  CUresult fault_error = CUDA_ERROR_ILLEGAL_ADDRESS;  // what the sticky fault answers: fake_cuda_set_fault_error's
   // Work submitted to a stream and not yet run, by the stream's queue (QueueOf), its
   // owner the context.
   replayd::testing::DeviceQueues<State> work;
@@ -165,12 +167,12 @@ struct Call {
   // sticky fault. CUDA_SUCCESS when it can.
   CUresult blocked() const {
     if (!s.initialized) return CUDA_ERROR_NOT_INITIALIZED;
-    if (s.faulted) return CUDA_ERROR_ILLEGAL_ADDRESS;
+    if (s.faulted) return s.fault_error;
     return CUDA_SUCCESS;
   }
   // What a release answers once it has released: it still releases after the sticky
   // fault, but says the device is lost.
-  CUresult released() const { return s.faulted ? CUDA_ERROR_ILLEGAL_ADDRESS : CUDA_SUCCESS; }
+  CUresult released() const { return s.faulted ? s.fault_error : CUDA_SUCCESS; }
 };
 
 bool KnownContext(const State& s, CUcontext ctx) {
@@ -602,9 +604,11 @@ CUresult Init(unsigned flags) {
   return CUDA_SUCCESS;
 }
 
+// Before cuInit too, as the driver answers it.
 CUresult DriverGetVersion(int* version) {
   if (!version) return CUDA_ERROR_INVALID_VALUE;
-  *version = kVersion;
+  Call call;
+  *version = call.s.driver_version;
   return CUDA_SUCCESS;
 }
 
@@ -628,6 +632,11 @@ constexpr ErrorText kErrors[] = {
     {CUDA_ERROR_NOT_FOUND, "CUDA_ERROR_NOT_FOUND", "named symbol not found"},
     {CUDA_ERROR_ILLEGAL_ADDRESS, "CUDA_ERROR_ILLEGAL_ADDRESS", "an illegal memory access was encountered"},
     {CUDA_ERROR_CONTEXT_IS_DESTROYED, "CUDA_ERROR_CONTEXT_IS_DESTROYED", "context is destroyed"},
+    {CUDA_ERROR_CONTAINED, "CUDA_ERROR_CONTAINED", "an error was contained by the GPU's error containment"},
+    {CUDA_ERROR_LAUNCH_TIMEOUT, "CUDA_ERROR_LAUNCH_TIMEOUT", "the launch timed out and was terminated"},
+    {CUDA_ERROR_TENSOR_MEMORY_LEAK, "CUDA_ERROR_TENSOR_MEMORY_LEAK", "tensor memory was not freed"},
+    {CUDA_ERROR_MPS_CLIENT_TERMINATED, "CUDA_ERROR_MPS_CLIENT_TERMINATED", "the MPS client was terminated"},
+    {CUDA_ERROR_EXTERNAL_DEVICE, "CUDA_ERROR_EXTERNAL_DEVICE", "an external device encountered an error"},
     {CUDA_ERROR_NOT_SUPPORTED, "CUDA_ERROR_NOT_SUPPORTED", "operation not supported"},
 };
 
@@ -1392,16 +1401,25 @@ const std::pair<std::string_view, void*> kEntries[] = {
 
 }  // namespace
 
-// The fake has the prototypes of the cuda.h it is built with only: asked for an older
-// CUDA version, whose prototypes may differ, it answers VERSION_NOT_SUFFICIENT.
+// Exported as the driver exports it, for a version check before anything is resolved.
+extern "C" FAKE_CUDA_EXPORT CUresult cuDriverGetVersion(int* version) { return DriverGetVersion(version); }
+
+// Asked for a CUDA version newer than the driver's, CUDA_ERROR_INVALID_VALUE, as the
+// driver documents. The fake has the prototypes of the cuda.h it is built with only,
+// which those of kEntries have had since CUDA 12.5 (cuCtxCreate became cuCtxCreate_v4
+// there): asked for an older version, it answers VERSION_NOT_SUFFICIENT.
 extern "C" FAKE_CUDA_EXPORT CUresult cuGetProcAddress_v2(const char* symbol, void** pfn, int cuda_version,
                                                          cuuint64_t flags, CUdriverProcAddressQueryResult* status) {
+  constexpr int kOldestPrototypes = 12050;
   const cuuint64_t known = CU_GET_PROC_ADDRESS_LEGACY_STREAM | CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM;
   if (!symbol || !pfn || (flags & ~known)) return CUDA_ERROR_INVALID_VALUE;
   *pfn = nullptr;
+  int driver_version = 0;
+  DriverGetVersion(&driver_version);
+  if (cuda_version > driver_version) return CUDA_ERROR_INVALID_VALUE;
   for (const auto& [name, fn] : kEntries) {
     if (name != symbol) continue;
-    if (cuda_version < CUDA_VERSION) {
+    if (cuda_version < kOldestPrototypes) {
       if (status) *status = CU_GET_PROC_ADDRESS_VERSION_NOT_SUFFICIENT;
       return CUDA_ERROR_NOT_FOUND;
     }
@@ -1437,7 +1455,19 @@ extern "C" FAKE_CUDA_EXPORT void fake_cuda_reset(void) {
   s.faulted = false;
   s.initialized = false;
   s.max_pitch = kMaxPitch;
+  s.driver_version = kVersion;
+  s.fault_error = CUDA_ERROR_ILLEGAL_ADDRESS;
   t_stack.clear();
+}
+
+extern "C" FAKE_CUDA_EXPORT void fake_cuda_set_driver_version(int version) {
+  Call call;
+  call.s.driver_version = version;
+}
+
+extern "C" FAKE_CUDA_EXPORT void fake_cuda_set_fault_error(int error) {
+  Call call;
+  call.s.fault_error = static_cast<CUresult>(error);
 }
 
 extern "C" FAKE_CUDA_EXPORT void fake_cuda_set_max_pitch(int pitch) {

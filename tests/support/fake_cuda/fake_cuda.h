@@ -30,8 +30,9 @@
 //   named "fault" or whose module has been unloaded since, makes the sticky fault
 //   instead, as does a graph whose memcpy node reaches memory freed since it was set.
 //   From then on every call of the library that involves a context, new contexts
-//   included, returns CUDA_ERROR_ILLEGAL_ADDRESS, as an H200 did after a kernel's illegal
-//   access; releases still release, and queued work is dropped.
+//   included, returns CUDA_ERROR_ILLEGAL_ADDRESS (or the error fake_cuda_set_fault_error
+//   names), as an H200 did after a kernel's illegal access; releases still release, and
+//   queued work is dropped.
 // - a kernel's parameters and launch bounds are read from its image (a PTX .entry's list
 //   and .maxntid or .reqntid, a cubin's .nv.info section) and answered by
 //   cuFuncGetParamInfo and cuFuncGetAttribute (MAX_THREADS_PER_BLOCK); a launch, kernel
@@ -67,6 +68,16 @@ void fake_cuda_reset(void);
 // so that copies larger than the pitch can be tested in the fake's 1 GiB. Read by the
 // daemon's devices when they are discovered.
 void fake_cuda_set_max_pitch(int pitch);
+
+// Makes the driver's CUDA version `version` (cuDriverGetVersion; 13000 for 13.0) until the
+// next reset: cuGetProcAddress refuses a newer version with CUDA_ERROR_INVALID_VALUE, as
+// the driver documents.
+void fake_cuda_set_driver_version(int version);
+
+// Makes the sticky fault answer `error` (a CUresult; CUDA_ERROR_ILLEGAL_ADDRESS unless set)
+// until the next reset, for each error the driver documents as leaving the process in an
+// inconsistent state.
+void fake_cuda_set_fault_error(int error);
 
 // The depth of the calling thread's context stack.
 int fake_cuda_context_stack_depth(void);
