@@ -339,6 +339,10 @@ TEST_F(FakeCudaDriverTest, TheFakeRefusesAMemcpyNodeOffItsContextsAllocations) {
     EXPECT_EQ(cu->cuGraphAddMemcpyNode(&node, graph, nullptr, 0, &r.copy, ctx), CUDA_ERROR_INVALID_VALUE) << r.what;
   const CUDA_MEMCPY3D good = Copy3D(b, a, 256);
   ASSERT_EQ(cu->cuGraphAddMemcpyNode(&node, graph, nullptr, 0, &good, ctx), CUDA_SUCCESS);
+  const CUgraphNode twice[] = {node, node};
+  CUgraphNode after = nullptr;
+  EXPECT_EQ(cu->cuGraphAddMemcpyNode(&after, graph, twice, 2, &good, ctx), CUDA_ERROR_INVALID_VALUE)
+      << "a dependency named twice";
   CUgraphExec exec = nullptr;
   ASSERT_EQ(cu->cuGraphInstantiateWithFlags(&exec, graph, 0), CUDA_SUCCESS);
   const CUDA_MEMCPY3D to_zero = Copy3D(0, a, 256);

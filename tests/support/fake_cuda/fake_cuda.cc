@@ -281,12 +281,14 @@ CUresult CheckCopy(const State& s, const CUDA_MEMCPY3D* p, CUcontext ctx) {
   return CUDA_SUCCESS;
 }
 
-// Dependencies must be nodes of `graph`.
+// Dependencies must be nodes of `graph`, none named twice (cuGraphAddKernelNode's and
+// cuGraphAddMemcpyNode's documentation: "dependencies may not have any duplicate entries").
 CUresult CheckDependencies(const CUgraph_st& graph, const CUgraphNode* deps, size_t n) {
   if (n > 0 && !deps) return CUDA_ERROR_INVALID_VALUE;
   for (size_t i = 0; i < n; ++i) {
     auto same = [&](const std::unique_ptr<CUgraphNode_st>& node) { return node.get() == deps[i]; };
     if (std::none_of(graph.nodes.begin(), graph.nodes.end(), same)) return CUDA_ERROR_INVALID_VALUE;
+    if (std::find(deps, deps + i, deps[i]) != deps + i) return CUDA_ERROR_INVALID_VALUE;
   }
   return CUDA_SUCCESS;
 }
