@@ -231,9 +231,17 @@ class HipKernel : public Kernel {
   hipFunction_t function() const { return function_; }
 
   // INVALID_ARGUMENT when a block of `local` has more work-items than the kernel's code
-  // object allows (its metadata's .max_flat_workgroup_size: its launch bounds).
-  absl::Status CheckBlock(const Dim3& local) const {
-    return CheckBlockThreads(entry_, max_threads_, "its launch bounds", local);
+  // object allows (its metadata's .max_flat_workgroup_size: its launch bounds), or when
+  // a dimension's work-items (blocks times the block's) reach 2^32, which HIP does not
+  // launch: ROCm refuses that at a launch but truncates it at a graph node's update.
+  absl::Status CheckLaunch(const Dim3& global, const Dim3& local) const {
+    if (absl::Status s = CheckBlockThreads(entry_, max_threads_, "its launch bounds", local); !s.ok()) return s;
+    for (int d = 0; d < 3; ++d)
+      if (global[d] * local[d] >= (uint64_t{1} << 32))
+        return absl::InvalidArgumentError(absl::StrCat("kernel ", entry_, ": global ", global[d], " x local ",
+                                                       local[d], " in dimension ", d,
+                                                       " is 2^32 work-items or more, which HIP does not launch"));
+    return absl::OkStatus();
   }
 
  private:
@@ -268,6 +276,8 @@ class HipBatch : public DeviceGraph {
   }
   ~HipBatch() override {
     if (!context_->Bind().ok()) return;
+    // ROCm 6.0 and 6.1 delete an exec at once, a launch of it still queued or not.
+    if (exec_) (void)context_->hip().hipStreamSynchronize(context_->stream());
     if (exec_) (void)context_->hip().hipGraphExecDestroy(exec_);
     if (graph_) (void)context_->hip().hipGraphDestroy(graph_);
   }
@@ -317,7 +327,7 @@ class HipBatch : public DeviceGraph {
       n.stale = !s.ok();
       return s;
     }
-    if (absl::Status s = n.kernel->CheckBlock(local); !s.ok()) return s;  // before anything changes
+    if (absl::Status s = n.kernel->CheckLaunch(global, local); !s.ok()) return s;  // before anything changes
     const bool changed = n.params->Pack(args) || n.stale || n.global != global || n.local != local;
     n.global = global;
     n.local = local;
@@ -585,7 +595,7 @@ absl::StatusOr<std::optional<absl::Duration>> HipContext::Launch(const Kernel& k
   params.Layout(kernel.signature());
   params.Pack(args);
   const auto& hip_kernel = static_cast<const HipKernel&>(kernel);
-  if (absl::Status s = hip_kernel.CheckBlock(local); !s.ok()) return s;
+  if (absl::Status s = hip_kernel.CheckLaunch(global, local); !s.ok()) return s;
   const hipFunction_t f = hip_kernel.function();
   return Timed(wait, [&] { return LaunchNode(f, global, local, params); });
 }
@@ -600,7 +610,9 @@ absl::StatusOr<std::unique_ptr<DeviceGraph>> HipContext::Instantiate(std::span<c
   if (absl::Status s = Bind(); !s.ok()) return s;
   for (const GraphNode& node : nodes)
     if (!node.is_copy())
-      if (absl::Status s = static_cast<const HipKernel*>(node.kernel)->CheckBlock(node.local); !s.ok()) return s;
+      if (absl::Status s = static_cast<const HipKernel*>(node.kernel)->CheckLaunch(node.global, node.local);
+          !s.ok())
+        return s;
   auto batch = std::make_unique<HipBatch>(this, nodes);
   if (device_->graphs())
     if (absl::Status s = batch->BuildGraph(edges); !s.ok()) return s;

@@ -675,6 +675,47 @@ TEST_P(FakeHipDaemonTest, ABlockPastTheKernelsLaunchBoundsIsRefused) {
   }
 }
 
+// HIP launches fewer than 2^32 work-items a dimension (blocks times the block's): ROCm
+// refuses more at a launch, but truncates them at a graph node's update, so replayd
+// refuses them itself, eagerly and at a replay whose grid is a variable.
+TEST_P(FakeHipDaemonTest, ALaunchOf2To32WorkItemsADimensionIsRefused) {
+  ASSERT_OK_AND_ASSIGN(Program p, session_->Load(ProgramSpec{"hip-hsaco", AmdgpuCodeObject({kAdd}), "add",
+                                                             *ParseSignature("out,in,in,int32"), {}}));
+  Buffer a = Alloc(kN * 4), b = Alloc(kN * 4), out = Alloc(kN * 4);
+  constexpr uint64_t kBlocks = uint64_t{1} << 22;  // times 1024: 2^32
+  auto refused = session_->Launch(p, {View{&out}, View{&a}, View{&b}, int64_t{kN}}, {kBlocks, 1, 1}, {1024, 1, 1},
+                                  /*wait=*/true);
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument) << refused.status();
+  EXPECT_THAT(std::string(refused.status().message()), HasSubstr("is 2^32 work-items or more"));
+
+  v1::GraphDef def;
+  v1::Variable* g = def.add_variables();
+  g->set_name("g");
+  g->set_min(1);
+  g->set_max(int64_t{1} << 30);
+  for (int i = 0; i < 3; ++i) {
+    v1::Slot* slot = def.add_slots();
+    slot->set_kind(v1::Slot::PARAMETER);
+    slot->set_bytes(kN * 4);
+  }
+  v1::GraphCall* call = def.add_calls();
+  call->set_program(p.handle());
+  for (uint32_t slot : {2u, 0u, 1u}) call->add_args()->mutable_view()->set_slot(slot);
+  call->add_args()->mutable_expr()->set_constant(kN);
+  call->add_global()->set_variable("g");
+  call->add_local()->set_constant(1024);
+  ASSERT_OK_AND_ASSIGN(Graph graph, session_->DefineGraph(def));
+  for (int64_t blocks : {int64_t{kBlocks}, int64_t{4}, int64_t{kBlocks}, int64_t{kBlocks - 1}}) {
+    auto replayed = session_->Replay(graph, {&a, &b, &out, blocks}, /*wait=*/true);
+    if (blocks >= int64_t{kBlocks}) {
+      EXPECT_EQ(replayed.status().code(), absl::StatusCode::kInvalidArgument) << blocks << ": " << replayed.status();
+      EXPECT_THAT(std::string(replayed.status().message()), HasSubstr("2^32 work-items")) << blocks;
+    } else {
+      EXPECT_OK(replayed.status()) << blocks;
+    }
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Policies, FakeHipDaemonTest, kPolicies, PolicyName);
 
 // In the daemon's process (isolation shared), a kernel fault loses hip:0's state for

@@ -177,6 +177,10 @@ hipError_t CheckLaunch(const State& s, hipFunction_t f, const unsigned grid[3], 
     if (grid[d] == 0 || grid[d] > static_cast<unsigned>(kMaxGrid[d]) || block[d] == 0 ||
         block[d] > static_cast<unsigned>(kMaxBlock[d]))
       return hipErrorInvalidConfiguration;
+    // "HIP does not support kernel launch with gridDim x blockDim >= 2^32" in a dimension
+    // (hip_runtime_api.h): ROCm refuses it at a launch and a node's creation, and at a
+    // node's update truncates it silently, which the fake refuses instead.
+    if (uint64_t{grid[d]} * block[d] >= (uint64_t{1} << 32)) return hipErrorInvalidConfiguration;
     threads *= block[d];
   }
   if (threads > kMaxThreadsPerBlock || shared_bytes > kMaxSharedPerBlock) return hipErrorInvalidConfiguration;
