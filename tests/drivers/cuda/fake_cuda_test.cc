@@ -25,6 +25,7 @@
 #include "tests/integration/daemon_fixture.h"
 #include "tests/support/fake_gpu_executors.h"
 #include "tests/support/fake_cuda/fake_cuda.h"
+#include "tests/support/add_kernel.h"
 #include "tests/support/copy_graphs.h"
 #include "tests/support/graph_def.h"
 #include "tests/support/pinned_transfers.h"
@@ -693,34 +694,11 @@ TEST_P(FakeCudaDaemonTest, AGraphNodePastTheKernelsLaunchBoundsIsRefusedAtItsRep
   if (!nvrtc.ok()) GTEST_SKIP() << "no NVRTC: " << nvrtc.status();
   ASSERT_OK_AND_ASSIGN(Program p, session_->Load(ProgramSpec{"cuda-c", kBoundedSourceCuda, "add",
                                                              *ParseSignature("out,in,in,int32"), {}}));
-  v1::GraphDef def;
-  v1::Variable* t = def.add_variables();
-  t->set_name("t");
-  t->set_min(32);
-  t->set_max(128);
-  t->set_multiple_of(32);
-  for (int i = 0; i < 3; ++i) {
-    v1::Slot* slot = def.add_slots();
-    slot->set_kind(v1::Slot::PARAMETER);
-    slot->set_bytes(kN * 4);
-  }
-  v1::GraphCall* call = def.add_calls();
-  call->set_program(p.handle());
-  for (uint32_t slot : {2u, 0u, 1u}) call->add_args()->mutable_view()->set_slot(slot);
-  call->add_args()->mutable_expr()->set_constant(kN);
-  call->add_global()->set_constant(kN / 32);
-  call->add_local()->set_variable("t");
-  ASSERT_OK_AND_ASSIGN(Graph graph, session_->DefineGraph(def));
+  ASSERT_OK_AND_ASSIGN(Graph graph, session_->DefineGraph(replayd::testing::OneAddCall(
+                                         p.handle(), kN, replayd::testing::VariableDef("t", 32, 128, 32), kN / 32, "t")));
   Buffer a = Alloc(kN * 4), b = Alloc(kN * 4), out = Alloc(kN * 4);
-  for (int64_t threads : {128, 64, 128, 32}) {
-    auto replayed = session_->Replay(graph, {&a, &b, &out, threads}, /*wait=*/true);
-    if (threads > 64) {
-      EXPECT_EQ(replayed.status().code(), absl::StatusCode::kInvalidArgument) << threads << ": " << replayed.status();
-      EXPECT_THAT(std::string(replayed.status().message()), HasSubstr("runs at most 64 threads a block")) << threads;
-    } else {
-      EXPECT_OK(replayed.status()) << threads;
-    }
-  }
+  replayd::testing::ExpectReplaysRefusedAbove(*session_, graph, a, b, out, {128, 64, 128, 32}, 64,
+                                              "runs at most 64 threads a block");
 }
 
 // The driver reads one argument per parameter the kernel takes, as many bytes as each
@@ -731,21 +709,10 @@ TEST_P(FakeCudaDaemonTest, ASignatureThatDiffersFromTheKernelsParametersIsRefuse
   if (!nvrtc.ok()) GTEST_SKIP() << "no NVRTC: " << nvrtc.status();
   ASSERT_OK_AND_ASSIGN(NvrtcModule ptx, (*nvrtc)->Compile(kAddSourceCuda, "add", "sm_90", {}, NvrtcOutput::kPtx));
   ASSERT_OK_AND_ASSIGN(NvrtcModule cubin, (*nvrtc)->Compile(kAddSourceCuda, "add", "sm_90", {}, NvrtcOutput::kCubin));
-  struct Wrong {
-    const char* signature;
-    const char* message;
-  };
   for (const auto& [format, code] : std::vector<std::pair<std::string, std::string>>{
            {"cuda-c", kAddSourceCuda}, {"cuda-ptx", ptx.image}, {"cuda-cubin", cubin.image}}) {
     SCOPED_TRACE(format);
-    for (const Wrong& wrong : {
-             Wrong{"out,in,in", "takes more than 3 parameters; its signature declares 3 parameters (8, 8, 8 bytes)"},
-             Wrong{"out,in,in,int32,int32",
-                   "takes 4 parameters (8, 8, 8, 4 bytes); its signature declares 5 parameters (8, 8, 8, 4, 4 bytes)"},
-             Wrong{"out,in,in,int64",
-                   "takes 4 parameters (8, 8, 8, 4 bytes); its signature declares 4 parameters (8, 8, 8, 8 bytes)"},
-             Wrong{"", "takes more than 0 parameters; its signature declares no parameters"},
-         }) {
+    for (const replayd::testing::WrongAddSignature& wrong : replayd::testing::kWrongAddSignatures) {
       ASSERT_OK_AND_ASSIGN(v1::Signature signature, ParseSignature(wrong.signature));
       auto refused = session_->Load(ProgramSpec{format, code, "add", signature, {}});
       EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument) << wrong.signature << ": " << refused.status();

@@ -27,6 +27,7 @@
 #include "tests/support/amdgpu_code_object.h"
 #include "tests/support/fake_gpu_executors.h"
 #include "tests/support/fake_hip/fake_hip.h"
+#include "tests/support/add_kernel.h"
 #include "tests/support/copy_graphs.h"
 #include "tests/support/graph_def.h"
 #include "tests/support/pinned_transfers.h"
@@ -589,18 +590,7 @@ TEST_P(FakeHipDaemonTest, CodeObjectsLoadLaunchAndReplay) {
 // one's bytes, whatever the signature says: a signature that differs from the metadata
 // is refused at Load, as is a code object without metadata.
 TEST_P(FakeHipDaemonTest, ASignatureThatDiffersFromTheKernelsMetadataIsRefused) {
-  struct Wrong {
-    const char* signature;
-    const char* message;
-  };
-  for (const Wrong& wrong : {
-           Wrong{"out,in,in", "takes more than 3 parameters; its signature declares 3 parameters (8, 8, 8 bytes)"},
-           Wrong{"out,in,in,int32,int32",
-                 "takes 4 parameters (8, 8, 8, 4 bytes); its signature declares 5 parameters (8, 8, 8, 4, 4 bytes)"},
-           Wrong{"out,in,in,int64",
-                 "takes 4 parameters (8, 8, 8, 4 bytes); its signature declares 4 parameters (8, 8, 8, 8 bytes)"},
-           Wrong{"", "takes more than 0 parameters; its signature declares no parameters"},
-       }) {
+  for (const replayd::testing::WrongAddSignature& wrong : replayd::testing::kWrongAddSignatures) {
     ASSERT_OK_AND_ASSIGN(v1::Signature signature, ParseSignature(wrong.signature));
     auto refused = session_->Load(ProgramSpec{"hip-hsaco", AmdgpuCodeObject({kAdd}), "add", signature, {}});
     EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument)
@@ -646,33 +636,10 @@ TEST_P(FakeHipDaemonTest, ABlockPastTheKernelsLaunchBoundsIsRefused) {
   ASSERT_OK_AND_ASSIGN(Graph captured_graph, session_->EndCapture({&out}));
   EXPECT_OK(session_->Replay(captured_graph, {&a, &b, &out}, /*wait=*/true).status());
 
-  v1::GraphDef def;
-  v1::Variable* t = def.add_variables();
-  t->set_name("t");
-  t->set_min(32);
-  t->set_max(128);
-  t->set_multiple_of(32);
-  for (int i = 0; i < 3; ++i) {
-    v1::Slot* slot = def.add_slots();
-    slot->set_kind(v1::Slot::PARAMETER);
-    slot->set_bytes(kN * 4);
-  }
-  v1::GraphCall* call = def.add_calls();
-  call->set_program(p.handle());
-  for (uint32_t slot : {2u, 0u, 1u}) call->add_args()->mutable_view()->set_slot(slot);
-  call->add_args()->mutable_expr()->set_constant(kN);
-  call->add_global()->set_constant(kN / 32);
-  call->add_local()->set_variable("t");
-  ASSERT_OK_AND_ASSIGN(Graph graph, session_->DefineGraph(def));
-  for (int64_t threads : {128, 64, 128, 32}) {
-    auto replayed = session_->Replay(graph, {&a, &b, &out, threads}, /*wait=*/true);
-    if (threads > 64) {
-      EXPECT_EQ(replayed.status().code(), absl::StatusCode::kInvalidArgument) << threads << ": " << replayed.status();
-      EXPECT_THAT(std::string(replayed.status().message()), HasSubstr("runs at most 64 threads a block")) << threads;
-    } else {
-      EXPECT_OK(replayed.status()) << threads;
-    }
-  }
+  ASSERT_OK_AND_ASSIGN(Graph graph, session_->DefineGraph(replayd::testing::OneAddCall(
+                                         p.handle(), kN, replayd::testing::VariableDef("t", 32, 128, 32), kN / 32, "t")));
+  replayd::testing::ExpectReplaysRefusedAbove(*session_, graph, a, b, out, {128, 64, 128, 32}, 64,
+                                              "runs at most 64 threads a block");
 }
 
 // HIP launches fewer than 2^32 work-items a dimension (blocks times the block's): ROCm
@@ -688,32 +655,12 @@ TEST_P(FakeHipDaemonTest, ALaunchOf2To32WorkItemsADimensionIsRefused) {
   EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument) << refused.status();
   EXPECT_THAT(std::string(refused.status().message()), HasSubstr("is 2^32 work-items or more"));
 
-  v1::GraphDef def;
-  v1::Variable* g = def.add_variables();
-  g->set_name("g");
-  g->set_min(1);
-  g->set_max(int64_t{1} << 30);
-  for (int i = 0; i < 3; ++i) {
-    v1::Slot* slot = def.add_slots();
-    slot->set_kind(v1::Slot::PARAMETER);
-    slot->set_bytes(kN * 4);
-  }
-  v1::GraphCall* call = def.add_calls();
-  call->set_program(p.handle());
-  for (uint32_t slot : {2u, 0u, 1u}) call->add_args()->mutable_view()->set_slot(slot);
-  call->add_args()->mutable_expr()->set_constant(kN);
-  call->add_global()->set_variable("g");
-  call->add_local()->set_constant(1024);
-  ASSERT_OK_AND_ASSIGN(Graph graph, session_->DefineGraph(def));
-  for (int64_t blocks : {int64_t{kBlocks}, int64_t{4}, int64_t{kBlocks}, int64_t{kBlocks - 1}}) {
-    auto replayed = session_->Replay(graph, {&a, &b, &out, blocks}, /*wait=*/true);
-    if (blocks >= int64_t{kBlocks}) {
-      EXPECT_EQ(replayed.status().code(), absl::StatusCode::kInvalidArgument) << blocks << ": " << replayed.status();
-      EXPECT_THAT(std::string(replayed.status().message()), HasSubstr("2^32 work-items")) << blocks;
-    } else {
-      EXPECT_OK(replayed.status()) << blocks;
-    }
-  }
+  ASSERT_OK_AND_ASSIGN(Graph graph, session_->DefineGraph(replayd::testing::OneAddCall(
+                                         p.handle(), kN, replayd::testing::VariableDef("g", 1, int64_t{1} << 30),
+                                         "g", 1024)));
+  replayd::testing::ExpectReplaysRefusedAbove(
+      *session_, graph, a, b, out, {int64_t{kBlocks}, 4, int64_t{kBlocks}, int64_t{kBlocks - 1}}, kBlocks - 1,
+      "2^32 work-items");
 }
 
 INSTANTIATE_TEST_SUITE_P(Policies, FakeHipDaemonTest, kPolicies, PolicyName);
