@@ -165,7 +165,8 @@ bool ReadKernel(MsgPack& m, absl::string_view entry, bool* matches, AmdgpuKernel
   uint64_t fields = 0;
   if (!m.Map(&fields)) return false;
   absl::string_view name, symbol;
-  bool seen_name = false, seen_symbol = false, seen_args = false, seen_bound = false;
+  bool seen_name = false, seen_symbol = false, seen_args = false, seen_bound = false, seen_kernarg_size = false,
+       seen_kernarg_align = false;
   // A key given twice is refused: which one a runtime's reader keeps is its own choice.
   auto first = [](bool* seen) { return !std::exchange(*seen, true); };
   for (uint64_t f = 0; f < fields; ++f) {
@@ -177,6 +178,10 @@ bool ReadKernel(MsgPack& m, absl::string_view entry, bool* matches, AmdgpuKernel
       if (!first(&seen_symbol) || !m.String(&symbol)) return false;
     } else if (key == ".max_flat_workgroup_size") {
       if (!first(&seen_bound) || !m.Uint(&info->max_flat_workgroup_size)) return false;
+    } else if (key == ".kernarg_segment_size") {
+      if (!first(&seen_kernarg_size) || !m.Uint(&info->kernarg_segment_size)) return false;
+    } else if (key == ".kernarg_segment_align") {
+      if (!first(&seen_kernarg_align) || !m.Uint(&info->kernarg_segment_align)) return false;
     } else if (key == ".args") {
       uint64_t count = 0;
       if (!first(&seen_args) || !m.Array(&count)) return false;
@@ -197,7 +202,9 @@ bool ReadKernel(MsgPack& m, absl::string_view entry, bool* matches, AmdgpuKernel
           }
         }
         if (!seen_size || !seen_kind) return false;
-        if (!absl::StartsWith(kind, "hidden_")) info->arg_sizes.push_back(size);
+        if (absl::StartsWith(kind, "hidden_")) continue;
+        info->arg_sizes.push_back(size);
+        info->arg_kinds.emplace_back(kind);
       }
     } else if (!m.Skip()) {
       return false;
@@ -315,8 +322,10 @@ absl::StatusOr<std::optional<AmdgpuKernelInfo>> FromBundle(absl::string_view ima
       found = std::move(*info);
       continue;
     }
-    if ((*info)->arg_sizes != found->arg_sizes)
+    if ((*info)->arg_sizes != found->arg_sizes || (*info)->arg_kinds != found->arg_kinds)
       return bad(absl::StrCat("its code objects disagree on kernel ", entry, "'s arguments"));
+    found->kernarg_segment_size = std::max(found->kernarg_segment_size, (*info)->kernarg_segment_size);
+    found->kernarg_segment_align = std::max(found->kernarg_segment_align, (*info)->kernarg_segment_align);
     uint64_t& bound = found->max_flat_workgroup_size;
     if ((*info)->max_flat_workgroup_size != 0)
       bound = bound == 0 ? (*info)->max_flat_workgroup_size : std::min(bound, (*info)->max_flat_workgroup_size);

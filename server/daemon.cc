@@ -73,7 +73,8 @@ void DescribeGpuExecutor(const Device& device, const DaemonOptions& options, exe
 #ifdef REPLAYD_WITH_HIP
   if (device.info().kind == DeviceKind::kHip) {
     executor.device_args = {"--device=hip", ordinal, absl::StrCat("--staging_bytes=", options.hip.staging_bytes),
-                            absl::StrCat("--device_graph=", HipDeviceGraphName(options.hip.device_graph))};
+                            absl::StrCat("--device_graph=", HipDeviceGraphName(options.hip.device_graph)),
+                            absl::StrCat("--graph_kernarg_bytes=", options.hip.graph_kernarg_bytes)};
     executor.own_bytes = options.hip_executor_bytes;
   }
 #endif

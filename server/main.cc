@@ -46,6 +46,9 @@ ABSL_FLAG(std::string, hip_device_graph, "auto",
           "session's stream) or auto (stream on ROCm 5, graph from ROCm 6)");
 ABSL_FLAG(uint64_t, hip_staging_bytes, 1 << 20,
           "bytes of each of a HIP session's two pinned staging buffers for writes and reads");
+ABSL_FLAG(uint64_t, hip_graph_kernarg_bytes, uint64_t{16} << 20,
+          "bytes of kernel argument segments the node updates of one hipGraph may take before it is "
+          "instantiated afresh (ROCm gives them back only with the instantiated graph)");
 ABSL_FLAG(uint64_t, hip_executor_bytes, uint64_t{256} << 20,
           "device memory counted for each running HIP executor's own runtime state (its queues, scratch and "
           "loaded code objects), beside what its sessions allocate; an estimate, not measured; 0 counts none");
@@ -332,7 +335,13 @@ int main(int argc, char** argv) {
     return 2;
   }
   options.hip.device_graph = *hip_graph;
+  if (absl::GetFlag(FLAGS_hip_graph_kernarg_bytes) < 4096 ||
+      absl::GetFlag(FLAGS_hip_graph_kernarg_bytes) > (uint64_t{1} << 30)) {
+    Refuse(file, "hip_graph_kernarg_bytes", "must be in [4096, 1 GiB]");
+    return 2;
+  }
   options.hip.staging_bytes = absl::GetFlag(FLAGS_hip_staging_bytes);
+  options.hip.graph_kernarg_bytes = absl::GetFlag(FLAGS_hip_graph_kernarg_bytes);
   options.hip_executor_bytes = absl::GetFlag(FLAGS_hip_executor_bytes);
 #endif
   for (const auto* flag : {&FLAGS_graph_batch, &FLAGS_graph_cache_graphs}) {

@@ -15,7 +15,7 @@
 //                    [--threads=N] [--address_space=BYTES]
 //   replayd-executor --fd=3 --socket=4 --device=cuda --ordinal=N [--staging_bytes=BYTES]
 //   replayd-executor --fd=3 --socket=4 --device=hip --ordinal=N [--staging_bytes=BYTES]
-//                    [--device_graph=auto|graph|stream]
+//                    [--device_graph=auto|graph|stream] [--graph_kernarg_bytes=BYTES]
 //
 // A cuda executor serves every context in the device's primary context, a stream each:
 // one CUDA context per tenant, whose fault ends only this process. A hip executor serves
@@ -82,11 +82,12 @@ absl::StatusOr<std::unique_ptr<replayd::Device>> Find(GpuDriver& driver, const s
                                              driver.unavailable()));
 }
 
-// The cuda or hip device `ordinal`, made as the daemon asked (0 staging bytes: the
-// driver's default). The daemon compiles its programs: the executor loads artifacts only.
+// The cuda or hip device `ordinal`, made as the daemon asked (0 staging bytes or graph
+// kernarg bytes: the driver's default). The daemon compiles its programs: the executor
+// loads artifacts only.
 absl::StatusOr<std::unique_ptr<replayd::Device>> MakeGpuDevice(const std::string& kind, int ordinal,
-                                                               uint64_t staging_bytes,
-                                                               const std::string& device_graph) {
+                                                               uint64_t staging_bytes, const std::string& device_graph,
+                                                               uint64_t graph_kernarg_bytes) {
   const std::string id = absl::StrCat(kind, ":", ordinal);
   if (kind == "cuda") {
 #ifdef REPLAYD_WITH_CUDA
@@ -106,10 +107,11 @@ absl::StatusOr<std::unique_ptr<replayd::Device>> MakeGpuDevice(const std::string
   if (!graph.ok()) return graph.status();
   options.device_graph = *graph;
   if (staging_bytes > 0) options.staging_bytes = staging_bytes;
+  if (graph_kernarg_bytes > 0) options.graph_kernarg_bytes = graph_kernarg_bytes;
   replayd::HipDriver driver(options);
   return Find(driver, id);
 #else
-  (void)device_graph;
+  (void)device_graph, (void)graph_kernarg_bytes;
   return absl::UnavailableError("executor: this build has no hip driver");
 #endif
 }
@@ -126,6 +128,7 @@ int main(int argc, char** argv) {
   int ordinal = -1;
   uint64_t staging_bytes = 0;
   std::string device_graph = "auto";
+  uint64_t graph_kernarg_bytes = 0;
   replayd::executor::SandboxOptions sandbox;
   for (int i = 1; i < argc; ++i) {
     const std::string arg = argv[i];
@@ -153,6 +156,8 @@ int main(int argc, char** argv) {
       ok = absl::SimpleAtoi(v, &staging_bytes) && staging_bytes > 0;
     } else if (const char* v = value("--device_graph=")) {
       device_graph = v;
+    } else if (const char* v = value("--graph_kernarg_bytes=")) {
+      ok = absl::SimpleAtoi(v, &graph_kernarg_bytes) && graph_kernarg_bytes > 0;
     } else {
       ok = false;
     }
@@ -163,7 +168,7 @@ int main(int argc, char** argv) {
     return Fail("usage: replayd-executor --fd=N --socket=N --device=cpu [--memory_limit=B] [--threads=N] "
                 "[--address_space=B] | "
                 "--device=cuda --ordinal=N [--staging_bytes=B] | --device=hip --ordinal=N [--staging_bytes=B] "
-                "[--device_graph=auto|graph|stream]");
+                "[--device_graph=auto|graph|stream] [--graph_kernarg_bytes=B]");
 
   absl::StatusOr<replayd::executor::Channel> channel = replayd::executor::Channel::Attach(fd);
   if (!channel.ok()) return Fail(std::string(channel.status().message()));
@@ -190,7 +195,7 @@ int main(int argc, char** argv) {
 
   std::unique_ptr<replayd::Device> served;
   if (gpu) {
-    absl::StatusOr<std::unique_ptr<replayd::Device>> made = MakeGpuDevice(device, ordinal, staging_bytes, device_graph);
+    absl::StatusOr<std::unique_ptr<replayd::Device>> made = MakeGpuDevice(device, ordinal, staging_bytes, device_graph, graph_kernarg_bytes);
     if (!made.ok()) return Refuse(*channel, parent, made.status());
     served = *std::move(made);
   } else {

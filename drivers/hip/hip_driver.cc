@@ -131,6 +131,7 @@ class HipContext : public Context {
   uint64_t address_space() const override { return id_; }
 
   const HipLibrary& hip() const;
+  const HipDriverOptions& options() const;
   absl::Status Bind();
   absl::Status Check(hipError_t e, absl::string_view what);
   hipStream_t stream() const { return stream_; }
@@ -213,13 +214,14 @@ class HipDevice : public Device {
 class HipKernel : public Kernel {
  public:
   HipKernel(HipContext* context, hipModule_t module, hipFunction_t function, Signature signature, std::string entry,
-            uint64_t max_threads)
+            uint64_t max_threads, uint64_t kernarg_bytes)
       : context_(context),
         module_(module),
         function_(function),
         signature_(std::move(signature)),
         entry_(std::move(entry)),
-        max_threads_(max_threads) {}
+        max_threads_(max_threads),
+        kernarg_bytes_(kernarg_bytes) {}
   // As a CUDA kernel's (cuda_driver.cc): the module goes only once a launch of it still
   // queued on the session's stream has run.
   ~HipKernel() override {
@@ -229,6 +231,9 @@ class HipKernel : public Kernel {
   }
   const Signature& signature() const override { return signature_; }
   hipFunction_t function() const { return function_; }
+  // The bytes of argument segment the runtime allocates for a launch of the kernel, and
+  // for each update of a graph's node of it.
+  uint64_t kernarg_bytes() const { return kernarg_bytes_; }
 
   // INVALID_ARGUMENT when a block of `local` has more work-items than the kernel's code
   // object allows (its metadata's .max_flat_workgroup_size: its launch bounds), or when
@@ -251,11 +256,23 @@ class HipKernel : public Kernel {
   const Signature signature_;
   const std::string entry_;
   const uint64_t max_threads_;
+  const uint64_t kernarg_bytes_;
 };
 
 // A batch's nodes with their packed arguments, patched in place: the stream replay runs
 // them in order; the hipGraph form hands each update to hipGraphExecKernelNodeSetParams
 // (a copy node to hipGraphExecMemcpyNodeSetParams1D).
+//
+// ROCm's graph exec takes a new argument segment (the kernel's .kernarg_segment_size)
+// for each kernel node update and gives none back before the exec is destroyed
+// (rocm-systems#10713): a graph replayed with a new variable value at every decode step
+// would grow into the device's memory until the runtime fails (ROCm 7.2 writes through a
+// null pointer then, rocm-systems#10021). So once the updates of an exec have taken more
+// than --hip_graph_kernarg_bytes, the next launch first replaces the graph and its exec by
+// new ones built from every node's current values. (Not an instantiation of the same
+// graph given the values again: its copy nodes are on the engine's placeholder, freed
+// once the batch was built, and hipGraphKernelNodeSetParams kept the caller's pointer on
+// ROCm 6.3, ROCm/clr#138.)
 class HipBatch : public DeviceGraph {
  public:
   HipBatch(HipContext* context, std::span<const GraphNode> nodes) : context_(context) {
@@ -284,64 +301,47 @@ class HipBatch : public DeviceGraph {
 
   // Builds the hipGraph form.
   absl::Status BuildGraph(std::span<const std::pair<size_t, size_t>> edges) {
-    const HipLibrary& hip = context_->hip();
-    if (absl::Status s = context_->Check(hip.hipGraphCreate(&graph_, 0), "hipGraphCreate"); !s.ok()) return s;
-    for (size_t i = 0; i < nodes_.size(); ++i) {
-      std::vector<hipGraphNode_t> after;
-      for (auto [from, to] : edges)
-        if (to == i) after.push_back(nodes_[from].node);
-      Node& n = nodes_[i];
-      if (!n.params) {
-        if (absl::Status s = context_->Check(
-                hip.hipGraphAddMemcpyNode1D(&n.node, graph_, after.data(), after.size(), Address(n.copy[0]),
-                                            Address(n.copy[1]), n.copy[2], hipMemcpyDeviceToDevice),
-                "hipGraphAddMemcpyNode1D");
-            !s.ok())
-          return s;
-        continue;
-      }
-      hipKernelNodeParams p = Params(n);
-      if (absl::Status s = context_->Check(hip.hipGraphAddKernelNode(&n.node, graph_, after.data(), after.size(), &p),
-                                           "hipGraphAddKernelNode");
-          !s.ok())
-        return s;
-    }
-    return context_->Check(hip.hipGraphInstantiateWithFlags(&exec_, graph_, 0), "hipGraphInstantiate");
+    edges_.assign(edges.begin(), edges.end());
+    return Build();
   }
 
   absl::Status Update(size_t node, std::span<const ArgValue> args, const Dim3& global, const Dim3& local) override {
     Node& n = nodes_[node];
     // In graph form a node the driver has not taken stays stale: the next update sends it
     // again instead of skipping it as unchanged.
+    bool changed;
     if (!n.params) {
-      const bool moved = n.copy[0] != args[0].address || n.copy[1] != args[1].address || n.stale;
+      changed = n.copy[0] != args[0].address || n.copy[1] != args[1].address || n.stale;
       n.copy[0] = args[0].address;
       n.copy[1] = args[1].address;
-      if (!exec_ || !moved) return absl::OkStatus();
-      n.stale = true;
-      if (absl::Status s = context_->Bind(); !s.ok()) return s;
-      absl::Status s = context_->Check(
-          context_->hip().hipGraphExecMemcpyNodeSetParams1D(exec_, n.node, Address(n.copy[0]), Address(n.copy[1]),
-                                                            n.copy[2], hipMemcpyDeviceToDevice),
-          "hipGraphExecMemcpyNodeSetParams1D");
-      n.stale = !s.ok();
-      return s;
+    } else {
+      if (absl::Status s = n.kernel->CheckLaunch(global, local); !s.ok()) return s;  // before anything changes
+      changed = n.params->Pack(args) || n.stale || n.global != global || n.local != local;
+      n.global = global;
+      n.local = local;
     }
-    if (absl::Status s = n.kernel->CheckLaunch(global, local); !s.ok()) return s;  // before anything changes
-    const bool changed = n.params->Pack(args) || n.stale || n.global != global || n.local != local;
-    n.global = global;
-    n.local = local;
     if (!exec_ || !changed) return absl::OkStatus();
     n.stale = true;
     if (absl::Status s = context_->Bind(); !s.ok()) return s;
-    hipKernelNodeParams p = Params(n);
-    absl::Status s = context_->Check(context_->hip().hipGraphExecKernelNodeSetParams(exec_, n.node, &p),
-                                     "hipGraphExecKernelNodeSetParams");
+    const HipLibrary& hip = context_->hip();
+    absl::Status s;
+    if (!n.params) {
+      s = context_->Check(hip.hipGraphExecMemcpyNodeSetParams1D(exec_, n.node, Address(n.copy[0]),
+                                                                Address(n.copy[1]), n.copy[2],
+                                                                hipMemcpyDeviceToDevice),
+                          "hipGraphExecMemcpyNodeSetParams1D");
+    } else {
+      hipKernelNodeParams p = Params(n);
+      s = context_->Check(hip.hipGraphExecKernelNodeSetParams(exec_, n.node, &p), "hipGraphExecKernelNodeSetParams");
+      update_kernargs_ += n.kernel->kernarg_bytes();
+    }
     n.stale = !s.ok();
     return s;
   }
 
   absl::StatusOr<std::optional<absl::Duration>> Launch(bool wait) override {
+    if (exec_ && update_kernargs_ > context_->options().graph_kernarg_bytes)
+      if (absl::Status s = Build(); !s.ok()) return s;
     return context_->Timed(wait, [&] {
       if (exec_) return context_->hip().hipGraphLaunch(exec_, context_->stream());
       for (Node& n : nodes_) {
@@ -365,6 +365,52 @@ class HipBatch : public DeviceGraph {
     std::array<uint64_t, 3> copy{};  // a copy's destination, source and bytes
   };
   static void* Address(uint64_t a) { return reinterpret_cast<void*>(a); }
+
+  // A hipGraph of the nodes as they are now, with edges_, and its exec, in place of the
+  // ones there were (destroyed once their launches queued on the stream have run). On an
+  // error the batch stays as it was.
+  absl::Status Build() {
+    const HipLibrary& hip = context_->hip();
+    if (absl::Status s = context_->Bind(); !s.ok()) return s;
+    hipGraph_t graph = nullptr;
+    hipGraphExec_t exec = nullptr;
+    std::vector<hipGraphNode_t> handles(nodes_.size());
+    absl::Status s = context_->Check(hip.hipGraphCreate(&graph, 0), "hipGraphCreate");
+    for (size_t i = 0; i < nodes_.size() && s.ok(); ++i) {
+      std::vector<hipGraphNode_t> after;
+      for (auto [from, to] : edges_)
+        if (to == i) after.push_back(handles[from]);
+      Node& n = nodes_[i];
+      if (!n.params) {
+        s = context_->Check(hip.hipGraphAddMemcpyNode1D(&handles[i], graph, after.data(), after.size(),
+                                                        Address(n.copy[0]), Address(n.copy[1]), n.copy[2],
+                                                        hipMemcpyDeviceToDevice),
+                            "hipGraphAddMemcpyNode1D");
+      } else {
+        hipKernelNodeParams p = Params(n);
+        s = context_->Check(hip.hipGraphAddKernelNode(&handles[i], graph, after.data(), after.size(), &p),
+                            "hipGraphAddKernelNode");
+      }
+    }
+    if (s.ok()) s = context_->Check(hip.hipGraphInstantiateWithFlags(&exec, graph, 0), "hipGraphInstantiate");
+    // ROCm 6.0 and 6.1 delete an exec at once, a launch of it still queued or not.
+    if (s.ok() && exec_) s = context_->Check(hip.hipStreamSynchronize(context_->stream()), "kernel");
+    if (!s.ok()) {
+      if (exec) (void)hip.hipGraphExecDestroy(exec);
+      if (graph) (void)hip.hipGraphDestroy(graph);
+      return s;
+    }
+    if (exec_) (void)hip.hipGraphExecDestroy(exec_);
+    if (graph_) (void)hip.hipGraphDestroy(graph_);
+    graph_ = graph;
+    exec_ = exec;
+    for (size_t i = 0; i < nodes_.size(); ++i) {
+      nodes_[i].node = handles[i];
+      nodes_[i].stale = false;
+    }
+    update_kernargs_ = 0;
+    return absl::OkStatus();
+  }
   static hipKernelNodeParams Params(Node& n) {
     hipKernelNodeParams p{};
     p.func = reinterpret_cast<void*>(n.function);
@@ -380,9 +426,14 @@ class HipBatch : public DeviceGraph {
   std::vector<Node> nodes_;
   hipGraph_t graph_ = nullptr;
   hipGraphExec_t exec_ = nullptr;
+  std::vector<std::pair<size_t, size_t>> edges_;
+  // Bytes of argument segments exec_ has taken for node updates since it was instantiated.
+  uint64_t update_kernargs_ = 0;
 };
 
 const HipLibrary& HipContext::hip() const { return device_->hip(); }
+
+const HipDriverOptions& HipContext::options() const { return device_->options(); }
 
 bool HipContext::wants_edges() const { return device_->graphs(); }
 
@@ -585,7 +636,14 @@ absl::StatusOr<std::unique_ptr<Kernel>> HipContext::Load(const ProgramSource& so
           absl::StrCat(source.format, " program has no kernel named ", module_artifact->entry));
     return Check(e, "hipModuleGetFunction");
   }
-  return std::make_unique<HipKernel>(this, module, function, source.signature, module_artifact->entry, max_threads);
+  // Where the metadata gives no argument segment, the explicit arguments and 256 bytes of
+  // hidden ones (code object version 5's).
+  const uint64_t align = std::max<uint64_t>(metadata->kernarg_segment_align, 1);
+  const uint64_t kernarg_bytes = metadata->kernarg_segment_size
+                                     ? (metadata->kernarg_segment_size + align - 1) / align * align
+                                     : 256 + KernelParams(source.signature).size();
+  return std::make_unique<HipKernel>(this, module, function, source.signature, module_artifact->entry, max_threads,
+                                     kernarg_bytes);
 }
 
 absl::StatusOr<std::optional<absl::Duration>> HipContext::Launch(const Kernel& kernel, std::span<const ArgValue> args,

@@ -37,6 +37,9 @@ struct HipDriverOptions {
   HipDeviceGraph device_graph = HipDeviceGraph::kAuto;
   // Bytes of each of a context's two pinned staging buffers (see CudaDriverOptions).
   uint64_t staging_bytes = 1 << 20;
+  // Bytes of argument segments the node updates of a hipGraph's exec may take before the
+  // exec is instantiated afresh: ROCm gives them back only with the exec (HipBatch).
+  uint64_t graph_kernarg_bytes = 16 << 20;
 };
 
 class HipDriver : public Driver {

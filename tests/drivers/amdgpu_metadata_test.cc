@@ -33,10 +33,14 @@ TEST(AmdgpuMetadataTest, AKernelsExplicitArgumentsAndLaunchBoundsAreRead) {
   const std::string image = AmdgpuCodeObject({kScale, kAdd});
   ASSERT_OK_AND_ASSIGN(AmdgpuKernelInfo scale, ReadAmdgpuKernelInfo(image, "scale", "hip-hsaco"));
   EXPECT_THAT(scale.arg_sizes, ElementsAre(8, 4)) << "the hidden arguments after them are the runtime's";
+  EXPECT_THAT(scale.arg_kinds, ElementsAre("global_buffer", "by_value"));
   EXPECT_EQ(scale.max_flat_workgroup_size, 256u);
+  EXPECT_EQ(scale.kernarg_segment_size, 32u) << "12 bytes, aligned to 8, then two hidden arguments of 8";
+  EXPECT_EQ(scale.kernarg_segment_align, 8u);
   ASSERT_OK_AND_ASSIGN(AmdgpuKernelInfo add, ReadAmdgpuKernelInfo(image, "add", "hip-hsaco"));
   EXPECT_THAT(add.arg_sizes, ElementsAre(8, 8, 8, 4));
   EXPECT_EQ(add.max_flat_workgroup_size, 1024u);
+  EXPECT_EQ(add.kernarg_segment_size, 48u);
   ASSERT_OK_AND_ASSIGN(AmdgpuKernelInfo none, ReadAmdgpuKernelInfo(AmdgpuCodeObject({{"k", {}}}), "k", "hip-hsaco"));
   EXPECT_TRUE(none.arg_sizes.empty());
   EXPECT_EQ(Refusal(image, "missing"), "hip-hsaco program has no kernel named missing");
@@ -123,6 +127,7 @@ TEST(AmdgpuMetadataTest, MetadataOfAnotherFormIsRefused) {
                                             "scale", "hip-hsaco"));
   EXPECT_TRUE(info.arg_sizes.empty());
   EXPECT_EQ(info.max_flat_workgroup_size, 0u) << "not given";
+  EXPECT_EQ(info.kernarg_segment_size, 0u) << "not given";
 }
 
 // In an offload bundle every code object that describes the kernel must agree on its
@@ -136,6 +141,7 @@ TEST(AmdgpuMetadataTest, AnOffloadBundlesCodeObjectsAreReadAndMustAgree) {
   ASSERT_OK_AND_ASSIGN(AmdgpuKernelInfo scale, ReadAmdgpuKernelInfo(bundle, "scale", "hip-c"));
   EXPECT_THAT(scale.arg_sizes, ElementsAre(8, 4));
   EXPECT_EQ(scale.max_flat_workgroup_size, 128u);
+  EXPECT_EQ(scale.kernarg_segment_size, 32u);
   ASSERT_OK_AND_ASSIGN(AmdgpuKernelInfo add, ReadAmdgpuKernelInfo(bundle, "add", "hip-c"));
   EXPECT_THAT(add.arg_sizes, ElementsAre(8, 8, 8, 4)) << "described by one of the two";
 

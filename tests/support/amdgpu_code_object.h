@@ -81,7 +81,7 @@ inline std::string AmdgpuMetadata(const std::vector<AmdgpuKernelSpec>& kernels) 
   MsgPackWriter w;
   w.Map(3).Str("amdhsa.kernels").Array(static_cast<uint32_t>(kernels.size()));
   for (const AmdgpuKernelSpec& k : kernels) {
-    w.Map(8).Str(".args").Array(static_cast<uint32_t>(k.arg_sizes.size() + 2));
+    w.Map(9).Str(".args").Array(static_cast<uint32_t>(k.arg_sizes.size() + 2));
     uint64_t offset = 0;
     for (uint64_t size : k.arg_sizes) {
       if (size) offset = (offset + size - 1) / size * size;
@@ -94,6 +94,7 @@ inline std::string AmdgpuMetadata(const std::vector<AmdgpuKernelSpec>& kernels) 
       w.Map(3).Str(".offset").Uint(offset).Str(".size").Uint(size).Str(".value_kind").Str(hidden);
       offset += 8;
     }
+    w.Str(".kernarg_segment_align").Uint(8);
     w.Str(".kernarg_segment_size").Uint(offset);
     w.Str(".language_version").Array(2).Uint(2).Uint(0);
     w.Str(".max_flat_workgroup_size").Uint(k.max_flat_workgroup_size);

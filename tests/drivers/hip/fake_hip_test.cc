@@ -47,6 +47,7 @@ using ::testing::HasSubstr;
 struct FakeHip {
   decltype(&fake_hip_reset) reset = nullptr;
   decltype(&fake_hip_count) count = nullptr;
+  decltype(&fake_hip_set_kernarg_limit) set_kernarg_limit = nullptr;
 };
 
 // The hooks; UNAVAILABLE saying why when the library the driver loads is not the fake.
@@ -60,8 +61,10 @@ absl::StatusOr<FakeHip> FindFake() {
   if (handle) {
     fake.reset = reinterpret_cast<decltype(fake.reset)>(dlsym(handle, "fake_hip_reset"));
     fake.count = reinterpret_cast<decltype(fake.count)>(dlsym(handle, "fake_hip_count"));
+    fake.set_kernarg_limit =
+        reinterpret_cast<decltype(fake.set_kernarg_limit)>(dlsym(handle, "fake_hip_set_kernarg_limit"));
   }
-  if (!fake.reset || !fake.count)
+  if (!fake.reset || !fake.count || !fake.set_kernarg_limit)
     return absl::UnavailableError(absl::StrCat("the libamdhip64 loaded is AMD's runtime, not the fake; ", kHow));
   return fake;
 }
@@ -474,6 +477,10 @@ const auto kPolicies = ::testing::Values(Policy{HipDeviceGraph::kGraph, Isolatio
                                          Policy{HipDeviceGraph::kStream, Isolation::kProcess, "executor_stream"});
 std::string PolicyName(const ::testing::TestParamInfo<Policy>& info) { return info.param.name; }
 
+// The bytes of argument segments a hipGraph's updates may take before it is instantiated
+// afresh, in the daemons here: small, so that a test's replays pass it.
+constexpr uint64_t kGraphKernargBytes = 4096;
+
 // A daemon on loopback serving cpu:0 and the fake's hip:0, its HIP work where the
 // parameter says.
 class FakeHipDaemonTest : public DaemonFixture, public ::testing::WithParamInterface<Policy> {
@@ -487,6 +494,7 @@ class FakeHipDaemonTest : public DaemonFixture, public ::testing::WithParamInter
     options.adjust = [this](DaemonOptions& d) {
       d.devices = {"cpu", "hip"};
       d.hip.device_graph = GetParam().graph;
+      d.hip.graph_kernarg_bytes = kGraphKernargBytes;
       d.tenant_defaults.isolation = GetParam().isolation;
     };
     Start(options);
@@ -661,6 +669,52 @@ TEST_P(FakeHipDaemonTest, ALaunchOf2To32WorkItemsADimensionIsRefused) {
   replayd::testing::ExpectReplaysRefusedAbove(
       *session_, graph, a, b, out, {int64_t{kBlocks}, 4, int64_t{kBlocks}, int64_t{kBlocks - 1}}, kBlocks - 1,
       "2^32 work-items");
+}
+
+// ROCm's instantiated graph takes a new argument segment at each kernel node update and
+// gives none back until it is destroyed: a graph whose kernel and copy move at every
+// replay is instantiated afresh each time its updates pass the daemon's limit, the new
+// instance given every node's current values (a kernel node left on the build's
+// placeholder pointers would fault the fake; a copy left on old buffers would read the
+// wrong bytes), so the argument segments held stay bounded where, without it, they pass
+// the fake's limit (and ROCm's device memory) and replays fail.
+TEST_P(FakeHipDaemonTest, AGraphUpdatedAtEveryReplayIsInstantiatedAfreshWithinItsKernargLimit) {
+  using replayd::testing::copy_graphs::Floats;
+  constexpr uint64_t kAddKernargBytes = 48;  // kAdd's segment: 28 bytes of arguments, 8-aligned, 16 hidden
+  constexpr int kReplays = 600;              // 28,800 bytes of updates
+  fake_.set_kernarg_limit(4 * kGraphKernargBytes);
+  ASSERT_OK_AND_ASSIGN(Program p, session_->Load(ProgramSpec{"hip-hsaco", AmdgpuCodeObject({kAdd}), "add",
+                                                             *ParseSignature("out,in,in,int32"), {}}));
+  // add(out, a, b) over a global of g blocks, and a copy of a into parameter c.
+  v1::GraphDef def = replayd::testing::OneAddCall(p.handle(), kN, replayd::testing::VariableDef("g", 1, 4), "g", 64);
+  v1::Slot* c_slot = def.add_slots();
+  c_slot->set_kind(v1::Slot::PARAMETER);
+  c_slot->set_bytes(kN * 4);
+  v1::GraphCopy* copy = def.add_calls()->mutable_copy();
+  copy->mutable_dst()->set_slot(3);
+  copy->mutable_dst()->set_length(kN * 4);
+  copy->mutable_src()->set_slot(0);
+  copy->mutable_src()->set_length(kN * 4);
+  ASSERT_OK_AND_ASSIGN(Graph graph, session_->DefineGraph(def));
+  Buffer a[2] = {Alloc(kN * 4), Alloc(kN * 4)}, b = Alloc(kN * 4), out = Alloc(kN * 4),
+         c[2] = {Alloc(kN * 4), Alloc(kN * 4)};
+  for (int i = 0; i < 2; ++i) ASSERT_OK(session_->WriteVector(a[i], Iota(kN, 1000.0f * i)));
+  for (int r = 0; r < kReplays; ++r) {
+    const int i = r % 2;
+    absl::StatusOr<ReplayResult> replayed =
+        session_->Replay(graph, {&a[i], &b, &out, &c[i], int64_t{1 + r % 4}}, /*wait=*/true, {View{&c[i]}});
+    ASSERT_TRUE(replayed.ok()) << "replay " << r << ": " << replayed.status();
+    ASSERT_EQ(replayed->reads.size(), 1u);
+    ASSERT_EQ(Floats(replayed->reads[0]), Iota(kN, 1000.0f * i)) << "replay " << r;
+  }
+  if (GetParam().graph == HipDeviceGraph::kGraph && GetParam().isolation == Isolation::kShared) {
+    EXPECT_EQ(fake_.count("graph_execs"), 1) << "each instance the graph replaces is destroyed";
+    EXPECT_GE(fake_.count("instantiations"), int{kReplays * kAddKernargBytes / kGraphKernargBytes})
+        << "one instantiation each time the updates pass the limit";
+    EXPECT_LE(fake_.count("kernarg_bytes"), int{kGraphKernargBytes + 4 * kAddKernargBytes})
+        << "the limit, the build's segment and one re-sent update, and one replay's";
+  }
+  EXPECT_EQ(fake_.count("faulted"), 0);
 }
 
 INSTANTIATE_TEST_SUITE_P(Policies, FakeHipDaemonTest, kPolicies, PolicyName);

@@ -94,8 +94,9 @@ TEST_F(HipProgramTest, CodeObjectsAreCheckedForTheirForm) {
 
 // What hiprtc writes in a code object's metadata is what replayd reads a kernel's
 // arguments and launch bounds from (drivers/amdgpu_metadata.h): the explicit arguments'
-// sizes in order (a struct by value at its size), and __launch_bounds__ or LLVM's
-// default of 1024.
+// sizes and kinds in order (a struct by value at its size), __launch_bounds__ or LLVM's
+// default of 1024, and the argument segment the runtime allocates for each launch and
+// each graph node update.
 TEST_F(HipProgramTest, TheMetadataHiprtcWritesGivesEachKernelsArgumentsAndLaunchBounds) {
   constexpr char kKernels[] = R"(
 struct Five { float v[5]; };
@@ -113,7 +114,12 @@ __global__ void twice(float *x) { x[0] *= 2; }
     auto info = ReadAmdgpuKernelInfo(mixed->image, "mixed", "hip-c");
     ASSERT_TRUE(info.ok()) << info.status();
     EXPECT_THAT(info->arg_sizes, ::testing::ElementsAre(8, 8, 4, 8, 1));
+    EXPECT_THAT(info->arg_kinds,
+                ::testing::ElementsAre("global_buffer", "global_buffer", "by_value", "by_value", "by_value"));
     EXPECT_EQ(info->max_flat_workgroup_size, 64u);
+    // The explicit arguments end at 33; hidden ones follow only where the kernel uses them.
+    EXPECT_GE(info->kernarg_segment_size, 33u);
+    EXPECT_GE(info->kernarg_segment_align, 8u);
     info = ReadAmdgpuKernelInfo(mixed->image, "by_value", "hip-c");
     ASSERT_TRUE(info.ok()) << info.status();
     EXPECT_THAT(info->arg_sizes, ::testing::ElementsAre(20, 8));

@@ -11,6 +11,7 @@
 // the runtime must be initialised first (hipInit), handles are checked, fresh device
 // memory holds garbage, and memcpy nodes are device-to-device copies.
 #include "tests/support/fake_hip/fake_hip.h"
+#include "drivers/amdgpu_metadata.h"
 #include "tests/support/device_queues.h"
 
 #include <elf.h>
@@ -52,6 +53,13 @@ struct ihipEvent_t {
 struct ihipModuleSymbol_t {
   hipModule_t module;
   std::string name;
+  // From the code object's metadata, as the runtime reads them: each explicit argument's
+  // bytes and whether it points to global memory, and the bytes the runtime allocates
+  // for the argument segment of each launch and each update of a graph's node (0 for a
+  // kernel the metadata does not describe).
+  std::vector<size_t> arg_sizes;
+  std::vector<bool> arg_is_buffer;
+  uint64_t kernarg_bytes = 0;
 };
 struct ihipModule_t {
   int device;
@@ -63,6 +71,7 @@ struct hipGraphNode {
   hipFunction_t function = nullptr;  // a kernel node's; null for a memcpy node
   std::string name;                  // the kernel's, kept for launches after an unload
   int device = 0;                    // the kernel's module's
+  std::vector<const void*> buffers;  // a kernel node's pointer arguments, as they were set
   void* dst = nullptr;               // a memcpy node's
   const void* src = nullptr;
   size_t bytes = 0;
@@ -72,6 +81,10 @@ struct ihipGraph {
 };
 struct hipGraphExec {
   int device;  // current at instantiation
+  // The argument segments it holds: one per kernel node at instantiation, and one more at
+  // each update of a kernel node, never given back before the exec is destroyed (ROCm's
+  // graph kernarg pool; see fake_hip_set_kernarg_limit).
+  uint64_t kernarg_bytes = 0;
   // Each node's handle in the graph and a copy of the node, in the graph's order.
   std::vector<std::pair<hipGraphNode_t, hipGraphNode>> nodes;
 };
@@ -111,6 +124,8 @@ struct State {
   std::unordered_map<hipGraphExec_t, std::unique_ptr<hipGraphExec>> execs;
   int reclaimed = 0;
   int resets = 0;
+  uint64_t kernarg_limit = UINT64_MAX;  // of all execs' argument segments together
+  int instantiations = 0;               // since the reset
   // Work submitted to a stream and not yet run, by stream (null: the null stream).
   replayd::testing::DeviceQueues<State> work;
 };
@@ -185,6 +200,37 @@ hipError_t CheckLaunch(const State& s, hipFunction_t f, const unsigned grid[3], 
   }
   if (threads > kMaxThreadsPerBlock || shared_bytes > kMaxSharedPerBlock) return hipErrorInvalidConfiguration;
   if (params && extra) return hipErrorInvalidValue;
+  return hipSuccess;
+}
+
+// The pointer arguments of a launch of `f` with `params` (kernelParams: one pointer to
+// each explicit argument's bytes), which a kernel reads and writes; none for a kernel the
+// metadata does not describe or arguments passed as `extra`.
+std::vector<const void*> Buffers(hipFunction_t f, void** params) {
+  std::vector<const void*> buffers;
+  if (!params) return buffers;
+  for (size_t i = 0; i < f->arg_is_buffer.size(); ++i)
+    if (f->arg_is_buffer[i] && f->arg_sizes[i] == sizeof(void*)) {
+      const void* p;
+      std::memcpy(&p, params[i], sizeof p);
+      buffers.push_back(p);
+    }
+  return buffers;
+}
+
+// A kernel faults when a pointer argument is off the live allocations (0 included): the
+// fake does not know which bytes it would touch, so it asks for the pointer itself to lie
+// in one, as every buffer replayd passes does.
+bool BuffersLive(const State& s, const std::vector<const void*>& buffers) {
+  return std::all_of(buffers.begin(), buffers.end(), [&](const void* p) { return Inside(s, p, 0); });
+}
+
+// Takes `bytes` more of argument segments for `exec`: hipErrorOutOfMemory past the limit.
+hipError_t TakeKernargs(State& s, hipGraphExec* exec, uint64_t bytes) {
+  uint64_t held = 0;
+  for (const auto& [handle, e] : s.execs) held += e->kernarg_bytes;
+  if (held > s.kernarg_limit || bytes > s.kernarg_limit - held) return hipErrorOutOfMemory;
+  exec->kernarg_bytes += bytes;
   return hipSuccess;
 }
 
@@ -734,14 +780,23 @@ FAKE_HIP_EXPORT hipError_t hipModuleGetFunction(hipFunction_t* function, hipModu
       return hipSuccess;
     }
   if (!DefinesKernel(module->image, name)) return hipErrorNotFound;
-  module->functions.push_back(std::make_unique<ihipModuleSymbol_t>(ihipModuleSymbol_t{module, name}));
+  auto f = std::make_unique<ihipModuleSymbol_t>(ihipModuleSymbol_t{module, name, {}, {}, 0});
+  if (absl::StatusOr<replayd::AmdgpuKernelInfo> info = replayd::ReadAmdgpuKernelInfo(module->image, name, "fake");
+      info.ok()) {
+    f->arg_sizes = info->arg_sizes;
+    for (const std::string& kind : info->arg_kinds) f->arg_is_buffer.push_back(kind == "global_buffer");
+    const uint64_t align = std::max<uint64_t>(info->kernarg_segment_align, 1);
+    f->kernarg_bytes = (info->kernarg_segment_size + align - 1) / align * align;
+  }
+  module->functions.push_back(std::move(f));
   *function = module->functions.back().get();
   call.s.functions.insert(*function);
   return hipSuccess;
 }
 
 // Checks the launch and, in its turn, runs nothing, except that a kernel named "fault",
-// or one whose module has been unloaded by then, faults the device. Like a real launch it
+// one whose module has been unloaded by then, or one with a pointer argument off the
+// live allocations by then, faults the device. Like a real launch it
 // returns before the kernel runs: the calls that follow report the fault.
 FAKE_HIP_EXPORT hipError_t hipModuleLaunchKernel(hipFunction_t f, unsigned int gx, unsigned int gy, unsigned int gz,
                                                  unsigned int bx, unsigned int by, unsigned int bz,
@@ -753,8 +808,8 @@ FAKE_HIP_EXPORT hipError_t hipModuleLaunchKernel(hipFunction_t f, unsigned int g
   const unsigned grid[3] = {gx, gy, gz}, block[3] = {bx, by, bz};
   if (hipError_t r = CheckLaunch(call.s, f, grid, block, shared_bytes, params, extra); r != hipSuccess) return r;
   const std::string name = f->name;
-  call.s.work.Submit(stream, nullptr, [=](State& s) {
-    if (name == "fault" || !s.functions.count(f)) s.faulted = true;
+  call.s.work.Submit(stream, nullptr, [=, buffers = Buffers(f, params)](State& s) {
+    if (name == "fault" || !s.functions.count(f) || !BuffersLive(s, buffers)) s.faulted = true;
   });
   return hipSuccess;
 }
@@ -797,6 +852,7 @@ FAKE_HIP_EXPORT hipError_t hipGraphAddKernelNode(hipGraphNode_t* node, hipGraph_
   k->function = f;
   k->name = f->name;
   k->device = f->module->device;
+  k->buffers = Buffers(f, p->kernelParams);
   *node = k.get();
   graph->nodes.push_back(std::move(k));
   return hipSuccess;
@@ -821,7 +877,8 @@ FAKE_HIP_EXPORT hipError_t hipGraphAddMemcpyNode1D(hipGraphNode_t* node, hipGrap
   return hipSuccess;
 }
 
-// For the current device; its kernels must still be loaded.
+// For the current device; its kernels must still be loaded. Takes an argument segment for
+// each kernel node.
 FAKE_HIP_EXPORT hipError_t hipGraphInstantiateWithFlags(hipGraphExec_t* exec, hipGraph_t graph,
                                                         unsigned long long flags) {
   Call call;
@@ -829,11 +886,15 @@ FAKE_HIP_EXPORT hipError_t hipGraphInstantiateWithFlags(hipGraphExec_t* exec, hi
   if (!exec || !call.s.graphs.count(graph) || (flags & ~0x1ull)) return hipErrorInvalidValue;
   auto e = std::make_unique<hipGraphExec>();
   e->device = t_device;
+  uint64_t kernargs = 0;
   for (const auto& node : graph->nodes) {
     if (node->function && !call.s.functions.count(node->function)) return hipErrorInvalidResourceHandle;
     if (node->device != t_device) return hipErrorInvalidDevice;
+    if (node->function) kernargs += node->function->kernarg_bytes;
     e->nodes.emplace_back(node.get(), *node);
   }
+  if (hipError_t r = TakeKernargs(call.s, e.get(), kernargs); r != hipSuccess) return r;
+  ++call.s.instantiations;
   *exec = e.get();
   call.s.execs.emplace(*exec, std::move(e));
   return hipSuccess;
@@ -862,7 +923,9 @@ hipGraphNode* ExecNode(const State& s, hipGraphExec_t exec, hipGraphNode_t node,
 
 extern "C" {
 
-// The new function must be of the node's device.
+// The new function must be of the node's device. Each update takes a new argument
+// segment of the exec's, as ROCm's does (rocm-systems#10713): hipErrorOutOfMemory past
+// the limit.
 FAKE_HIP_EXPORT hipError_t hipGraphExecKernelNodeSetParams(hipGraphExec_t exec, hipGraphNode_t node,
                                                            const hipKernelNodeParams* p) {
   Call call;
@@ -876,8 +939,10 @@ FAKE_HIP_EXPORT hipError_t hipGraphExecKernelNodeSetParams(hipGraphExec_t exec, 
       r != hipSuccess)
     return r;
   if (f->module->device != n->device) return hipErrorInvalidValue;
+  if (hipError_t r = TakeKernargs(call.s, exec, f->kernarg_bytes); r != hipSuccess) return r;
   n->function = f;
   n->name = f->name;
+  n->buffers = Buffers(f, p->kernelParams);
   return hipSuccess;
 }
 
@@ -896,8 +961,9 @@ FAKE_HIP_EXPORT hipError_t hipGraphExecMemcpyNodeSetParams1D(hipGraphExec_t exec
 }
 
 // Runs the nodes in order: a memcpy node copies, a kernel node does nothing. The device
-// faults, as a GPU would, at a kernel named "fault", at a kernel since unloaded and at a
-// copy whose memory has been freed since its node was set; the launch itself succeeds,
+// faults, as a GPU would, at a kernel named "fault", at a kernel since unloaded or with a
+// pointer argument off the live allocations, and at a copy whose memory has been freed
+// since its node was set; the launch itself succeeds,
 // and the calls that follow report the fault.
 FAKE_HIP_EXPORT hipError_t hipGraphLaunch(hipGraphExec_t exec, hipStream_t stream) {
   Call call;
@@ -911,7 +977,7 @@ FAKE_HIP_EXPORT hipError_t hipGraphLaunch(hipGraphExec_t exec, hipStream_t strea
   call.s.work.Submit(stream, nullptr, [nodes](State& s) {
     for (const hipGraphNode& n : *nodes) {
       if (n.function) {
-        if (!s.functions.count(n.function) || n.name == "fault") {
+        if (!s.functions.count(n.function) || n.name == "fault" || !BuffersLive(s, n.buffers)) {
           s.faulted = true;
           return;
         }
@@ -1016,7 +1082,14 @@ FAKE_HIP_EXPORT void fake_hip_reset(void) {
   s.resets = 0;
   s.faulted = false;
   s.initialized = false;
+  s.kernarg_limit = UINT64_MAX;
+  s.instantiations = 0;
   t_device = 0;
+}
+
+FAKE_HIP_EXPORT void fake_hip_set_kernarg_limit(unsigned long long bytes) {
+  Call call;
+  call.s.kernarg_limit = bytes;
 }
 
 FAKE_HIP_EXPORT int fake_hip_count(const char* what) {
@@ -1032,6 +1105,12 @@ FAKE_HIP_EXPORT int fake_hip_count(const char* what) {
   if (w == "modules") return static_cast<int>(s.modules.size());
   if (w == "graphs") return static_cast<int>(s.graphs.size());
   if (w == "graph_execs") return static_cast<int>(s.execs.size());
+  if (w == "instantiations") return s.instantiations;
+  if (w == "kernarg_bytes") {
+    uint64_t held = 0;
+    for (const auto& [handle, e] : s.execs) held += e->kernarg_bytes;
+    return static_cast<int>(std::min<uint64_t>(held, INT32_MAX));
+  }
   if (w == "reclaimed") return s.reclaimed;
   if (w == "resets") return s.resets;
   if (w == "faulted") return s.faulted ? 1 : 0;

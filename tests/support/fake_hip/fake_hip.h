@@ -30,7 +30,9 @@
 //   the copy's turn. So a missing wait shows as stale bytes, and a staging buffer reused
 //   too early as the wrong ones;
 // - kernels do not run: a kernel launch or kernel node, in its turn, whose function is
-//   named "fault" or whose module has been unloaded since, makes the sticky fault instead,
+//   named "fault", whose module has been unloaded since, or one of whose pointer
+//   arguments (".value_kind" global_buffer in the code object's metadata) lies outside
+//   the live allocations then, makes the sticky fault instead,
 //   as does a graph whose memcpy node reaches memory freed since it was set. From then on
 //   every call that uses the device returns hipErrorIllegalAddress (what ROCm reports for
 //   a kernel's memory fault, where it does not abort the process); releases still release
@@ -38,7 +40,12 @@
 //   the fault;
 // - graph launches perform their memcpy nodes in node order, with the nodes as they were
 //   at the launch; hipGraphExecKernelNodeSetParams and hipGraphExecMemcpyNodeSetParams1D
-//   retarget an instantiated node (for later launches), checked as a new node is.
+//   retarget an instantiated node (for later launches), checked as a new node is;
+// - an instantiated graph holds an argument segment (the kernel's metadata's
+//   .kernarg_segment_size at its .kernarg_segment_align) for each kernel node, and takes
+//   one more at each hipGraphExecKernelNodeSetParams, all given back only when it is
+//   destroyed, as ROCm's graph kernarg pool does (rocm-systems#10713): past
+//   fake_hip_set_kernarg_limit, instantiation and update are hipErrorOutOfMemory.
 //
 // hiprtc: the fake exports hiprtc's entry points, so HipLibrary finds them inside the
 // runtime (as on ROCm 5) and never pairs the fake with a real libhiprtc. They compile
@@ -62,11 +69,20 @@ void fake_hip_reset(void);
 
 // How many of `what` there are: live "allocations" (hipMalloc), "host_allocations"
 // (hipHostMalloc), "registered" (host ranges hipHostRegister holds), "registered_copies"
-// (host <-> device copies from or into registered memory, since the reset), "streams", "events", "modules", "graphs", "graph_execs";
+// (host <-> device copies from or into registered memory, since the reset), "streams",
+// "events", "modules", "graphs", "graph_execs"; "instantiations" of graphs since the
+// reset; "kernarg_bytes": the argument segments live graph execs hold;
 // "reclaimed": objects hipDeviceReset freed because nobody had before it; "resets":
 // calls of hipDeviceReset; "faulted": 1 after the sticky fault, else 0. -1 for any other
 // word.
 int fake_hip_count(const char* what);
+
+// The most bytes of argument segments all graph execs together may hold (until the next
+// reset; none after the reset): past it, hipGraphInstantiateWithFlags and
+// hipGraphExecKernelNodeSetParams fail with hipErrorOutOfMemory. ROCm's pool grows into
+// device memory until an allocation fails, and then (ROCm 7.2) writes through a null
+// pointer (rocm-systems#10021).
+void fake_hip_set_kernarg_limit(unsigned long long bytes);
 
 #ifdef __cplusplus
 }  // extern "C"
