@@ -263,9 +263,10 @@ class HipKernel : public Kernel {
 // them in order; the hipGraph form hands each update to hipGraphExecKernelNodeSetParams
 // (a copy node to hipGraphExecMemcpyNodeSetParams1D).
 //
-// ROCm's graph exec takes a new argument segment (the kernel's .kernarg_segment_size)
-// for each kernel node update and gives none back before the exec is destroyed
-// (rocm-systems#10713): a graph replayed with a new variable value at every decode step
+// ROCm's graph exec takes a new argument segment (the kernel's .kernarg_segment_size, at
+// an alignment of 128 bytes at least) for each kernel node update, and one for each copy
+// node update (its copy runs as a blit kernel whose packets are captured again), and gives
+// none back before the exec is destroyed (rocm-systems#10713): a graph replayed with a new variable value at every decode step
 // would grow into the device's memory until the runtime fails (ROCm 7.2 writes through a
 // null pointer then, rocm-systems#10021). So once the updates of an exec have taken more
 // than --hip_graph_kernarg_bytes, the next launch first replaces the graph and its exec by
@@ -330,6 +331,7 @@ class HipBatch : public DeviceGraph {
                                                                 Address(n.copy[1]), n.copy[2],
                                                                 hipMemcpyDeviceToDevice),
                           "hipGraphExecMemcpyNodeSetParams1D");
+      update_kernargs_ += kCopyKernargBytes;
     } else {
       hipKernelNodeParams p = Params(n);
       s = context_->Check(hip.hipGraphExecKernelNodeSetParams(exec_, n.node, &p), "hipGraphExecKernelNodeSetParams");
@@ -365,6 +367,9 @@ class HipBatch : public DeviceGraph {
     std::array<uint64_t, 3> copy{};  // a copy's destination, source and bytes
   };
   static void* Address(uint64_t a) { return reinterpret_cast<void*>(a); }
+  // What a copy node's update is counted as taking: an estimate of the segments of the
+  // runtime's blit kernels (up to two dispatches a copy), which no metadata here gives.
+  static constexpr uint64_t kCopyKernargBytes = 1024;
 
   // A hipGraph of the nodes as they are now, with edges_, and its exec, in place of the
   // ones there were (destroyed once their launches queued on the stream have run). On an
@@ -636,12 +641,13 @@ absl::StatusOr<std::unique_ptr<Kernel>> HipContext::Load(const ProgramSource& so
           absl::StrCat(source.format, " program has no kernel named ", module_artifact->entry));
     return Check(e, "hipModuleGetFunction");
   }
-  // Where the metadata gives no argument segment, the explicit arguments and 256 bytes of
-  // hidden ones (code object version 5's).
-  const uint64_t align = std::max<uint64_t>(metadata->kernarg_segment_align, 1);
-  const uint64_t kernarg_bytes = metadata->kernarg_segment_size
-                                     ? (metadata->kernarg_segment_size + align - 1) / align * align
-                                     : 256 + KernelParams(source.signature).size();
+  // The runtime aligns each segment to 128 bytes at least (LightningKernel::postLoad).
+  // Where the metadata gives no segment, the explicit arguments and 256 bytes of hidden
+  // ones (code object version 5's).
+  const uint64_t align = std::max<uint64_t>(metadata->kernarg_segment_align, 128);
+  const uint64_t segment = metadata->kernarg_segment_size ? metadata->kernarg_segment_size
+                                                          : 256 + KernelParams(source.signature).size();
+  const uint64_t kernarg_bytes = (segment + align - 1) / align * align;
   return std::make_unique<HipKernel>(this, module, function, source.signature, module_artifact->entry, max_threads,
                                      kernarg_bytes);
 }

@@ -25,7 +25,8 @@ HipLibrary::~HipLibrary() = default;
 absl::StatusOr<std::unique_ptr<HipLibrary>> HipLibrary::Load() {
   std::unique_ptr<HipLibrary> lib(new HipLibrary());
   std::string why;
-  lib->handle_ = OpenFirst({"libamdhip64.so.6", "libamdhip64.so.5", "libamdhip64.so"}, why);
+  // ROCm 7's name first: its installs may have no unversioned link.
+  lib->handle_ = OpenFirst({"libamdhip64.so.7", "libamdhip64.so.6", "libamdhip64.so.5", "libamdhip64.so"}, why);
   if (!lib->handle_) return absl::UnavailableError(absl::StrCat("libamdhip64 not loaded: ", why));
 #define REPLAYD_RESOLVE(name)                                                    \
   lib->name = reinterpret_cast<decltype(lib->name)>(dlsym(lib->handle_, #name)); \
@@ -74,10 +75,10 @@ absl::StatusOr<std::unique_ptr<HipLibrary>> HipLibrary::Load() {
   REPLAYD_RESOLVE(hipGraphLaunch)
 #undef REPLAYD_RESOLVE
 
-  // hiprtc: in the runtime on ROCm 5, in libhiprtc on ROCm 6.
+  // hiprtc: in the runtime on ROCm 5, in libhiprtc from ROCm 6.
   void* rtc = dlsym(lib->handle_, "hiprtcCompileProgram") ? lib->handle_ : nullptr;
   std::string rtc_why;
-  if (!rtc) rtc = OpenFirst({"libhiprtc.so.6", "libhiprtc.so.5", "libhiprtc.so"}, rtc_why);
+  if (!rtc) rtc = OpenFirst({"libhiprtc.so.7", "libhiprtc.so.6", "libhiprtc.so.5", "libhiprtc.so"}, rtc_why);
   if (!rtc) {
     lib->hiprtc_missing_ = absl::StrCat("hiprtc not found: ", rtc_why);
     return lib;

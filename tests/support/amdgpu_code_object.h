@@ -18,6 +18,8 @@
 namespace replayd::testing {
 
 constexpr uint32_t kGfx90a = 0x3f, kGfx1030 = 0x36;  // EF_AMDGPU_MACH_AMDGCN_*
+// EF_AMDGPU_FEATURE_*_V4: a code object's XNACK and SRAMECC settings.
+constexpr uint32_t kXnackAny = 0x100, kXnackOff = 0x200, kXnackOn = 0x300, kSrameccAny = 0x400;
 
 // A kernel as its metadata describes it.
 struct AmdgpuKernelSpec {
@@ -116,10 +118,12 @@ struct AmdgpuNotes {
   std::optional<std::string> section, segment;
 };
 
-// A code object for the target `mach` (code object version 4, sramecc and xnack "any")
-// with `kernels`, whose metadata note describes them unless `notes` says otherwise.
+// A code object for the target `mach` (code object version 4, with the XNACK and SRAMECC
+// settings `features`, "any" for both unless given) with `kernels`, whose metadata note
+// describes them unless `notes` says otherwise.
 inline std::string AmdgpuCodeObject(const std::vector<AmdgpuKernelSpec>& kernels, uint32_t mach = kGfx90a,
-                                    std::optional<AmdgpuNotes> notes = std::nullopt) {
+                                    std::optional<AmdgpuNotes> notes = std::nullopt,
+                                    uint32_t features = kXnackAny | kSrameccAny) {
   if (!notes) notes = AmdgpuNotes{AmdgpuMetadata(kernels), AmdgpuMetadata(kernels)};
   auto note = [](const std::string& desc) {
     Elf64_Nhdr nh{7, static_cast<Elf64_Word>(desc.size()), 32};  // "AMDGPU", NT_AMDGPU_METADATA
@@ -151,7 +155,7 @@ inline std::string AmdgpuCodeObject(const std::vector<AmdgpuKernelSpec>& kernels
   h.e_type = ET_DYN;
   h.e_machine = EM_AMDGPU;
   h.e_version = EV_CURRENT;
-  h.e_flags = mach | 0x100 | 0x400;
+  h.e_flags = mach | features;
   h.e_ehsize = sizeof h;
   h.e_phentsize = sizeof(Elf64_Phdr);
   h.e_phnum = static_cast<uint16_t>(phnum);

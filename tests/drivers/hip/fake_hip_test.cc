@@ -18,6 +18,7 @@
 #include <elf.h>
 #include <gmock/gmock.h>
 
+#include <cstdlib>
 #include <cstring>
 #include <fstream>
 
@@ -50,13 +51,19 @@ struct FakeHip {
   decltype(&fake_hip_set_kernarg_limit) set_kernarg_limit = nullptr;
 };
 
+// The name the fake is loaded by: libamdhip64.so.6, or $REPLAYD_FAKE_HIP_LIBRARY.
+const char* FakeLibrary() {
+  const char* name = std::getenv("REPLAYD_FAKE_HIP_LIBRARY");
+  return name ? name : "libamdhip64.so.6";
+}
+
 // The hooks; UNAVAILABLE saying why when the library the driver loads is not the fake.
 absl::StatusOr<FakeHip> FindFake() {
   constexpr char kHow[] = "run with LD_LIBRARY_PATH=<build>/tests/support/fake_hip (ctest does)";
   absl::StatusOr<std::unique_ptr<HipLibrary>> loaded = HipLibrary::Load();
   if (!loaded.ok()) return absl::UnavailableError(absl::StrCat(loaded.status().message(), "; ", kHow));
   // The library Load opened stays loaded for the life of the process, as does this handle.
-  void* handle = dlopen("libamdhip64.so.6", RTLD_NOW | RTLD_NOLOAD);
+  void* handle = dlopen(FakeLibrary(), RTLD_NOW | RTLD_NOLOAD);
   FakeHip fake;
   if (handle) {
     fake.reset = reinterpret_cast<decltype(fake.reset)>(dlsym(handle, "fake_hip_reset"));
@@ -96,6 +103,8 @@ class FakeHipDriverTest : public ::testing::Test {
  protected:
   void SetUp() override {
     absl::StatusOr<FakeHip> fake = FindFake();
+    // Told which name to find the fake by, the test fails where it would skip.
+    if (!fake.ok() && std::getenv("REPLAYD_FAKE_HIP_LIBRARY")) FAIL() << FakeLibrary() << ": " << fake.status();
     if (!fake.ok()) GTEST_SKIP() << fake.status().message();
     fake_ = *fake;
     fake_.reset();
@@ -680,8 +689,10 @@ TEST_P(FakeHipDaemonTest, ALaunchOf2To32WorkItemsADimensionIsRefused) {
 // the fake's limit (and ROCm's device memory) and replays fail.
 TEST_P(FakeHipDaemonTest, AGraphUpdatedAtEveryReplayIsInstantiatedAfreshWithinItsKernargLimit) {
   using replayd::testing::copy_graphs::Floats;
-  constexpr uint64_t kAddKernargBytes = 48;  // kAdd's segment: 28 bytes of arguments, 8-aligned, 16 hidden
-  constexpr int kReplays = 600;              // 28,800 bytes of updates
+  // The fake's segments: kAdd's 48 bytes (28 of arguments, 8-aligned, 16 hidden) aligned
+  // to 128, and a memcpy node's blit kernel's 512.
+  constexpr uint64_t kReplayKernargBytes = 128 + 512;
+  constexpr int kReplays = 600;
   fake_.set_kernarg_limit(4 * kGraphKernargBytes);
   ASSERT_OK_AND_ASSIGN(Program p, session_->Load(ProgramSpec{"hip-hsaco", AmdgpuCodeObject({kAdd}), "add",
                                                              *ParseSignature("out,in,in,int32"), {}}));
@@ -709,10 +720,10 @@ TEST_P(FakeHipDaemonTest, AGraphUpdatedAtEveryReplayIsInstantiatedAfreshWithinIt
   }
   if (GetParam().graph == HipDeviceGraph::kGraph && GetParam().isolation == Isolation::kShared) {
     EXPECT_EQ(fake_.count("graph_execs"), 1) << "each instance the graph replaces is destroyed";
-    EXPECT_GE(fake_.count("instantiations"), int{kReplays * kAddKernargBytes / kGraphKernargBytes})
+    EXPECT_GE(fake_.count("instantiations"), int{kReplays * kReplayKernargBytes / kGraphKernargBytes})
         << "one instantiation each time the updates pass the limit";
-    EXPECT_LE(fake_.count("kernarg_bytes"), int{kGraphKernargBytes + 4 * kAddKernargBytes})
-        << "the limit, the build's segment and one re-sent update, and one replay's";
+    EXPECT_LE(fake_.count("kernarg_bytes"), int{kGraphKernargBytes + 2 * kReplayKernargBytes})
+        << "the limit, the build's segments and one replay's";
   }
   EXPECT_EQ(fake_.count("faulted"), 0);
 }
@@ -813,6 +824,34 @@ TEST_F(FakeHipExecutorTest, AnExecutorWithoutTheRuntimeSaysWhy) {
               AllOf(HasSubstr("executor: hip:0 not found: "), AnyOf(HasSubstr("hipInit"), HasSubstr("libamdhip64"))));
   ASSERT_OK_AND_ASSIGN(Session cpu, research.OpenSession("cpu:0"));
   ASSERT_OK_AND_ASSIGN(Buffer b, cpu.Alloc(64));
+}
+
+// ROCr sets a process's XNACK mode from HSA_XNACK, and the mode is part of the device's
+// target: a daemon started with HSA_XNACK=1 serves gfx90a:...:xnack+, and its executors
+// must see the same variable, or they would refuse every code object built for xnack+
+// (hiprtc builds for the daemon's target) with hipErrorNoBinaryForGpu.
+TEST_F(FakeHipExecutorTest, AnExecutorRunsInTheDaemonsXnackMode) {
+  setenv("HSA_XNACK", "1", 1);
+  SetUp();  // a daemon started now, its executors started from its environment
+  if (HasFatalFailure() || IsSkipped()) return unsetenv("HSA_XNACK"), void();
+  Client research = As("research-token");
+  absl::StatusOr<Session> session = research.OpenSession("hip:0");
+  unsetenv("HSA_XNACK");
+  ASSERT_TRUE(session.ok()) << session.status();
+  const AmdgpuKernelSpec k{"k", {8}};
+  absl::StatusOr<Program> on = session->Load(ProgramSpec{
+      "hip-hsaco",
+      AmdgpuCodeObject({k}, replayd::testing::kGfx90a, std::nullopt,
+                       replayd::testing::kXnackOn | replayd::testing::kSrameccAny),
+      "k", *ParseSignature("inout"), {}});
+  EXPECT_TRUE(on.ok()) << "an xnack+ code object in the executor of an xnack+ daemon: " << on.status();
+  absl::StatusOr<Program> off = session->Load(ProgramSpec{
+      "hip-hsaco",
+      AmdgpuCodeObject({k}, replayd::testing::kGfx90a, std::nullopt,
+                       replayd::testing::kXnackOff | replayd::testing::kSrameccAny),
+      "k", *ParseSignature("inout"), {}});
+  EXPECT_EQ(off.status().code(), absl::StatusCode::kInvalidArgument) << off.status();
+  EXPECT_THAT(std::string(off.status().message()), HasSubstr("hipErrorNoBinaryForGpu"));
 }
 
 TEST_F(FakeHipExecutorTest, AKernelFaultEndsOnlyItsTenantsExecutor) {

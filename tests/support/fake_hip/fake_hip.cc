@@ -96,7 +96,9 @@ namespace {
 
 constexpr int kVersion = HIP_VERSION;  // of the headers the fake is built with
 constexpr char kName[] = "Fake MI210";
-constexpr char kArch[] = "gfx90a:sramecc+:xnack-";
+// The target; with HSA_XNACK=1 in the process's environment its XNACK mode is on
+// (xnack+), as ROCr sets the mode from that variable.
+constexpr char kArch[] = "gfx90a:sramecc+:xnack-", kArchXnack[] = "gfx90a:sramecc+:xnack+";
 constexpr int kGcnArch = 910;
 constexpr unsigned kMach = 0x3f;  // EF_AMDGPU_MACH_AMDGCN_GFX90A
 constexpr size_t kTotalMemory = size_t{1} << 30;
@@ -106,6 +108,8 @@ constexpr int kMaxThreadsPerBlock = 1024;
 constexpr unsigned kMaxSharedPerBlock = 64 << 10;
 constexpr int kDevices = 1;
 constexpr size_t kAlignment = 256;
+// The argument segment of the blit kernel a device-to-device memcpy node runs as.
+constexpr uint64_t kCopyKernargBytes = 512;
 
 struct State {
   std::mutex mu;
@@ -274,10 +278,15 @@ size_t ElfExtent(const unsigned char* image) {
 
 // Whether a code object's target-ID settings run on the device (sramecc+, xnack-). In a
 // code object of version 4 or later, each is 0 (not supported), "any", "off" or "on".
+bool XnackOn() {
+  const char* mode = std::getenv("HSA_XNACK");
+  return mode && std::string_view(mode) == "1";
+}
+
 bool FeaturesRun(const Elf64_Ehdr& h) {
   if (h.e_ident[EI_ABIVERSION] < 2) return true;  // version 3: no settings
   const unsigned xnack = h.e_flags & 0x300, sramecc = h.e_flags & 0xc00;
-  return xnack != 0x300 && sramecc != 0x800;
+  return xnack != (XnackOn() ? 0x200 : 0x300) && sramecc != 0x800;
 }
 
 // Takes a code object as the runtime would: an AMDGPU ELF image for this device's target,
@@ -424,7 +433,7 @@ FAKE_HIP_EXPORT hipError_t hipGetDeviceProperties(hipDeviceProp_t* prop, int dev
   if (device < 0 || device >= kDevices) return hipErrorInvalidDevice;
   std::memset(prop, 0, sizeof *prop);
   std::strncpy(prop->name, kName, sizeof prop->name - 1);
-  std::strncpy(prop->gcnArchName, kArch, sizeof prop->gcnArchName - 1);
+  std::strncpy(prop->gcnArchName, XnackOn() ? kArchXnack : kArch, sizeof prop->gcnArchName - 1);
   prop->gcnArch = kGcnArch;
   prop->totalGlobalMem = kTotalMemory;
   prop->sharedMemPerBlock = kMaxSharedPerBlock;
@@ -785,7 +794,10 @@ FAKE_HIP_EXPORT hipError_t hipModuleGetFunction(hipFunction_t* function, hipModu
       info.ok()) {
     f->arg_sizes = info->arg_sizes;
     for (const std::string& kind : info->arg_kinds) f->arg_is_buffer.push_back(kind == "global_buffer");
-    const uint64_t align = std::max<uint64_t>(info->kernarg_segment_align, 1);
+    // As ROCm's LightningKernel::postLoad aligns a segment: to at least 128 bytes, and to
+    // whole cache lines of 64.
+    uint64_t align = std::max<uint64_t>(info->kernarg_segment_align, 128);
+    align = (align + 63) / 64 * 64;
     f->kernarg_bytes = (info->kernarg_segment_size + align - 1) / align * align;
   }
   module->functions.push_back(std::move(f));
@@ -890,7 +902,7 @@ FAKE_HIP_EXPORT hipError_t hipGraphInstantiateWithFlags(hipGraphExec_t* exec, hi
   for (const auto& node : graph->nodes) {
     if (node->function && !call.s.functions.count(node->function)) return hipErrorInvalidResourceHandle;
     if (node->device != t_device) return hipErrorInvalidDevice;
-    if (node->function) kernargs += node->function->kernarg_bytes;
+    kernargs += node->function ? node->function->kernarg_bytes : kCopyKernargBytes;
     e->nodes.emplace_back(node.get(), *node);
   }
   if (hipError_t r = TakeKernargs(call.s, e.get(), kernargs); r != hipSuccess) return r;
@@ -946,7 +958,8 @@ FAKE_HIP_EXPORT hipError_t hipGraphExecKernelNodeSetParams(hipGraphExec_t exec, 
   return hipSuccess;
 }
 
-// The new ranges are checked as a new node's are.
+// The new ranges are checked as a new node's are. Like a kernel node's update, each takes
+// a new argument segment (the runtime captures the copy's blit kernel again).
 FAKE_HIP_EXPORT hipError_t hipGraphExecMemcpyNodeSetParams1D(hipGraphExec_t exec, hipGraphNode_t node, void* dst,
                                                              const void* src, size_t count, hipMemcpyKind kind) {
   Call call;
@@ -954,6 +967,7 @@ FAKE_HIP_EXPORT hipError_t hipGraphExecMemcpyNodeSetParams1D(hipGraphExec_t exec
   hipGraphNode* n = ExecNode(call.s, exec, node, /*kernel=*/false);
   if (!n) return hipErrorInvalidValue;
   if (hipError_t r = CheckCopy(call.s, dst, src, count, kind); r != hipSuccess) return r;
+  if (hipError_t r = TakeKernargs(call.s, exec, kCopyKernargBytes); r != hipSuccess) return r;
   n->dst = dst;
   n->src = src;
   n->bytes = count;

@@ -1,12 +1,14 @@
 // The test hooks of the fake HIP runtime (fake_hip.cc, built as libamdhip64.so.6): a host
 // stand-in for AMD's libamdhip64 that serves one device, hip:0 "Fake MI210"
-// (gfx90a:sramecc+:xnack-), with host memory as device memory, and is as strict as the
+// (gfx90a:sramecc+:xnack-, or xnack+ where HSA_XNACK=1, as ROCr sets the XNACK mode),
+// with host memory as device memory, and is as strict as the
 // runtime where replayd depends on it, so that misuse fails on a machine without a GPU.
 //
 // Nothing links the library: a test opens it as the daemon does, with
-// dlopen("libamdhip64.so.6") on an LD_LIBRARY_PATH that leads to the fake (the name
-// HipLibrary tries first, before the libamdhip64.so.5 Debian installs), and finds these
-// hooks with dlsym. Their presence is what tells the fake from the real runtime.
+// dlopen("libamdhip64.so.6") on an LD_LIBRARY_PATH that leads to the fake (a name
+// HipLibrary tries before the libamdhip64.so.5 Debian installs; a copy named
+// libamdhip64.so.7, ROCm 7's name, lies in the build's rocm7/ folder beside it), and finds
+// these hooks with dlsym. Their presence is what tells the fake from the real runtime.
 //
 // What the fake does, besides answering every entry point HipLibrary resolves, with the
 // prototypes of the HIP headers it is built with (and their version, HIP_VERSION):
@@ -41,10 +43,11 @@
 // - graph launches perform their memcpy nodes in node order, with the nodes as they were
 //   at the launch; hipGraphExecKernelNodeSetParams and hipGraphExecMemcpyNodeSetParams1D
 //   retarget an instantiated node (for later launches), checked as a new node is;
-// - an instantiated graph holds an argument segment (the kernel's metadata's
-//   .kernarg_segment_size at its .kernarg_segment_align) for each kernel node, and takes
-//   one more at each hipGraphExecKernelNodeSetParams, all given back only when it is
-//   destroyed, as ROCm's graph kernarg pool does (rocm-systems#10713): past
+// - an instantiated graph holds an argument segment for each kernel node (the kernel's
+//   metadata's .kernarg_segment_size, aligned as ROCm aligns it: to at least 128 bytes)
+//   and each memcpy node (512 bytes: the blit kernel's), and takes one more at each
+//   hipGraphExecKernelNodeSetParams and hipGraphExecMemcpyNodeSetParams1D, all given back
+//   only when it is destroyed, as ROCm's graph kernarg pool does (rocm-systems#10713): past
 //   fake_hip_set_kernarg_limit, instantiation and update are hipErrorOutOfMemory.
 //
 // hiprtc: the fake exports hiprtc's entry points, so HipLibrary finds them inside the
