@@ -44,10 +44,13 @@ absl::string_view HipDeviceGraphName(HipDeviceGraph graph) {
 namespace {
 
 // A fault loses the device's state, for every session: they share one address space.
+// (ROCm itself aborts the process on a GPU memory fault; these are the codes HIP defines
+// for one, which other runtimes or versions may return.) hipErrorLaunchFailure is not
+// one: ROCm returns it only when it refuses a launch (a block past the kernel's launch
+// bounds, in ihipLaunchKernel_validate), before anything runs.
 DeviceErrorKind Classify(hipError_t e) {
   switch (e) {
     case hipErrorIllegalAddress:
-    case hipErrorLaunchFailure:
     case hipErrorAssert:
     case hipErrorECCNotCorrectable:
       return DeviceErrorKind::kFault;
@@ -56,6 +59,7 @@ DeviceErrorKind Classify(hipError_t e) {
     case hipErrorInvalidValue:
     case hipErrorLaunchOutOfResources:
     case hipErrorInvalidConfiguration:
+    case hipErrorLaunchFailure:
       return DeviceErrorKind::kBadRequest;
     default:
       return DeviceErrorKind::kOther;

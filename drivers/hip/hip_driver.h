@@ -2,7 +2,7 @@
 // hip:N in the runtime's order. A context is one session's stream on the device: HIP
 // has one address space per process and device, so sessions are kept apart by handles,
 // not by the hardware, and a kernel fault stops every session on the device (the ROCm
-// runtime usually aborts the process on a GPU memory fault).
+// runtime aborts the process on a GPU memory fault).
 //
 // Programs: hip-hsaco code objects are loaded with hipModuleLoadData; hip-c is compiled
 // by hiprtc for the device's gfx target and cached by content like cpu-c. A device graph

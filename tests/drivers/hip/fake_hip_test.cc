@@ -291,6 +291,35 @@ INSTANTIATE_TEST_SUITE_P(DeviceGraphs, FakeHipDeviceGraphTest, ::testing::Values
 // in live allocations, at creation and when retargeted, as the runtime demands, and a
 // graph launch performs it; a module image is a code object or an offload bundle with one
 // for the device's target.
+// ROCm refuses a launch past the kernel's launch bounds with hipErrorLaunchFailure, which
+// replayd counts as a refused request, not a fault (its own check comes first); the fake
+// does the same, and a kernel whose pointer argument is off the live allocations faults.
+TEST_F(FakeHipDriverTest, TheFakeRefusesALaunchPastTheKernelsBoundsAndFaultsOnADeadPointer) {
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<HipLibrary> hip, HipLibrary::Load());
+  ASSERT_EQ(hip->hipInit(0), hipSuccess);
+  ASSERT_EQ(hip->hipSetDevice(0), hipSuccess);
+  const std::string image = AmdgpuCodeObject({AmdgpuKernelSpec{"scale", {8, 4}, 64}});
+  hipModule_t module = nullptr;
+  ASSERT_EQ(hip->hipModuleLoadData(&module, image.data()), hipSuccess);
+  hipFunction_t scale = nullptr;
+  ASSERT_EQ(hip->hipModuleGetFunction(&scale, module, "scale"), hipSuccess);
+  void* x = nullptr;
+  ASSERT_EQ(hip->hipMalloc(&x, 256), hipSuccess);
+  int n = 64;
+  void* args[] = {&x, &n};
+  EXPECT_EQ(hip->hipModuleLaunchKernel(scale, 1, 1, 1, 128, 1, 1, 0, nullptr, args, nullptr), hipErrorLaunchFailure);
+  ASSERT_EQ(hip->hipModuleLaunchKernel(scale, 1, 1, 1, 64, 1, 1, 0, nullptr, args, nullptr), hipSuccess);
+  ASSERT_EQ(hip->hipStreamSynchronize(nullptr), hipSuccess);
+  EXPECT_EQ(fake_.count("faulted"), 0);
+  void* dead = x;
+  ASSERT_EQ(hip->hipFree(x), hipSuccess);
+  void* stale[] = {&dead, &n};
+  ASSERT_EQ(hip->hipModuleLaunchKernel(scale, 1, 1, 1, 64, 1, 1, 0, nullptr, stale, nullptr), hipSuccess);
+  EXPECT_EQ(hip->hipStreamSynchronize(nullptr), hipErrorIllegalAddress) << "the kernel ran on freed memory";
+  EXPECT_EQ(fake_.count("faulted"), 1);
+  (void)hip->hipModuleUnload(module);
+}
+
 TEST_F(FakeHipDriverTest, TheFakeRefusesAMemcpyNodeOffLiveAllocations) {
   ASSERT_OK_AND_ASSIGN(std::unique_ptr<HipLibrary> hip, HipLibrary::Load());
   ASSERT_EQ(hip->hipInit(0), hipSuccess);

@@ -60,6 +60,7 @@ struct ihipModuleSymbol_t {
   std::vector<size_t> arg_sizes;
   std::vector<bool> arg_is_buffer;
   uint64_t kernarg_bytes = 0;
+  uint64_t max_threads = 0;  // its launch bounds (.max_flat_workgroup_size); 0: none given
 };
 struct ihipModule_t {
   int device;
@@ -203,6 +204,9 @@ hipError_t CheckLaunch(const State& s, hipFunction_t f, const unsigned grid[3], 
     threads *= block[d];
   }
   if (threads > kMaxThreadsPerBlock || shared_bytes > kMaxSharedPerBlock) return hipErrorInvalidConfiguration;
+  // Past the kernel's launch bounds ROCm refuses the launch with hipErrorLaunchFailure
+  // (ihipLaunchKernel_validate), a refusal and not a fault.
+  if (f->max_threads && threads > f->max_threads) return hipErrorLaunchFailure;
   if (params && extra) return hipErrorInvalidValue;
   return hipSuccess;
 }
@@ -789,10 +793,11 @@ FAKE_HIP_EXPORT hipError_t hipModuleGetFunction(hipFunction_t* function, hipModu
       return hipSuccess;
     }
   if (!DefinesKernel(module->image, name)) return hipErrorNotFound;
-  auto f = std::make_unique<ihipModuleSymbol_t>(ihipModuleSymbol_t{module, name, {}, {}, 0});
+  auto f = std::make_unique<ihipModuleSymbol_t>(ihipModuleSymbol_t{module, name, {}, {}, 0, 0});
   if (absl::StatusOr<replayd::AmdgpuKernelInfo> info = replayd::ReadAmdgpuKernelInfo(module->image, name, "fake");
       info.ok()) {
     f->arg_sizes = info->arg_sizes;
+    f->max_threads = info->max_flat_workgroup_size;
     for (const std::string& kind : info->arg_kinds) f->arg_is_buffer.push_back(kind == "global_buffer");
     // As ROCm's LightningKernel::postLoad aligns a segment: to at least 128 bytes, and to
     // whole cache lines of 64.
