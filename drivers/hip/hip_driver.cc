@@ -217,9 +217,11 @@ class HipDevice : public Device {
 
 class HipKernel : public Kernel {
  public:
-  HipKernel(HipContext* context, hipModule_t module, hipFunction_t function, Signature signature, std::string entry,
-            uint64_t max_threads, uint64_t kernarg_bytes)
+  HipKernel(HipContext* context, std::unique_ptr<const std::string> image, hipModule_t module,
+            hipFunction_t function, Signature signature, std::string entry, uint64_t max_threads,
+            uint64_t kernarg_bytes)
       : context_(context),
+        image_(std::move(image)),
         module_(module),
         function_(function),
         signature_(std::move(signature)),
@@ -255,6 +257,9 @@ class HipKernel : public Kernel {
 
  private:
   HipContext* const context_;
+  // The code object the module was loaded from: the runtime keeps a pointer to it (for
+  // debuggers and profilers) until the module is unloaded.
+  const std::unique_ptr<const std::string> image_;
   const hipModule_t module_;
   const hipFunction_t function_;
   const Signature signature_;
@@ -629,8 +634,9 @@ absl::StatusOr<std::unique_ptr<Kernel>> HipContext::Load(const ProgramSource& so
   const uint64_t max_threads =
       metadata->max_flat_workgroup_size ? metadata->max_flat_workgroup_size : device_->info().limits.max_local_total;
   const HipLibrary& hip = device_->hip();
+  auto image = std::make_unique<const std::string>(std::move(module_artifact->image));
   hipModule_t module = nullptr;
-  if (hipError_t e = hip.hipModuleLoadData(&module, module_artifact->image.data()); e != hipSuccess) {
+  if (hipError_t e = hip.hipModuleLoadData(&module, image->data()); e != hipSuccess) {
     if (e == hipErrorInvalidImage || e == hipErrorNoBinaryForGpu || e == hipErrorInvalidKernelFile ||
         e == hipErrorSharedObjectInitFailed)
       return absl::InvalidArgumentError(absl::StrCat(source.format, " program ", source.entry, " does not load on ",
@@ -652,8 +658,8 @@ absl::StatusOr<std::unique_ptr<Kernel>> HipContext::Load(const ProgramSource& so
   const uint64_t segment = metadata->kernarg_segment_size ? metadata->kernarg_segment_size
                                                           : 256 + KernelParams(source.signature).size();
   const uint64_t kernarg_bytes = (segment + align - 1) / align * align;
-  return std::make_unique<HipKernel>(this, module, function, source.signature, module_artifact->entry, max_threads,
-                                     kernarg_bytes);
+  return std::make_unique<HipKernel>(this, std::move(image), module, function, source.signature,
+                                     module_artifact->entry, max_threads, kernarg_bytes);
 }
 
 absl::StatusOr<std::optional<absl::Duration>> HipContext::Launch(const Kernel& kernel, std::span<const ArgValue> args,
