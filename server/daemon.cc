@@ -55,11 +55,24 @@ absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> ServerCredentials(const
 // What a GPU executor keeps of the daemon's environment: where the vendor's runtime is,
 // and which devices are visible in which order and as which target (so that cuda:N and
 // hip:N are the same device in both processes; HSA_XNACK sets the XNACK mode, which is
-// part of a HIP device's target, so code compiled for the daemon's loads in the executor).
-constexpr const char* kGpuEnvironment[] = {"LD_LIBRARY_PATH",     "CUDA_VISIBLE_DEVICES", "CUDA_DEVICE_ORDER",
-                                           "CUDA_CACHE_PATH",     "CUDA_CACHE_DISABLE",   "ROCM_PATH",
-                                           "HIP_PATH",            "HIP_VISIBLE_DEVICES",  "ROCR_VISIBLE_DEVICES",
-                                           "GPU_DEVICE_ORDINAL",  "HSA_OVERRIDE_GFX_VERSION", "HSA_XNACK"};
+// part of a HIP device's target, so code compiled for the daemon's loads in the executor),
+// and the MPS server the daemon's CUDA work would be a client of, with the same limits.
+constexpr const char* kGpuEnvironment[] = {"LD_LIBRARY_PATH",
+                                           "CUDA_VISIBLE_DEVICES",
+                                           "CUDA_DEVICE_ORDER",
+                                           "CUDA_CACHE_PATH",
+                                           "CUDA_CACHE_DISABLE",
+                                           "CUDA_MPS_PIPE_DIRECTORY",
+                                           "CUDA_MPS_LOG_DIRECTORY",
+                                           "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE",
+                                           "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT",
+                                           "ROCM_PATH",
+                                           "HIP_PATH",
+                                           "HIP_VISIBLE_DEVICES",
+                                           "ROCR_VISIBLE_DEVICES",
+                                           "GPU_DEVICE_ORDINAL",
+                                           "HSA_OVERRIDE_GFX_VERSION",
+                                           "HSA_XNACK"};
 
 // The arguments and own memory of an executor for the GPU device `device`.
 void DescribeGpuExecutor(const Device& device, const DaemonOptions& options, executor::ExecutorOptions& executor) {

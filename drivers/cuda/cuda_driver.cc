@@ -62,6 +62,22 @@ DeviceErrorKind Classify(CUresult r) {
   }
 }
 
+// Why a device in compute mode `mode` refuses a context, for a message; "" in the default
+// mode. (nvidia-smi --compute-mode sets the mode.)
+std::string ComputeModeText(int mode) {
+  switch (mode) {
+    case CU_COMPUTEMODE_PROHIBITED:
+      return "its compute mode is prohibited: no process may use it (nvidia-smi --compute-mode=DEFAULT, then "
+             "restart replayd)";
+    case CU_COMPUTEMODE_EXCLUSIVE_PROCESS:
+      return "its compute mode is exclusive-process: one process at a time may use it, and another does (each "
+             "tenant's executor is a process of its own: give the tenants isolation shared, run an MPS server, or "
+             "set the compute mode to default)";
+    default:
+      return "";
+  }
+}
+
 // What a device is, read once from the driver at discovery.
 struct CudaDescription {
   DeviceInfo info;
@@ -100,6 +116,8 @@ absl::StatusOr<CudaDescription> Describe(const CudaLibrary& cu, const Nvrtc* nvr
   // refuses.
   d.max_pitch = attribute(CU_DEVICE_ATTRIBUTE_MAX_PITCH);
   if (d.max_pitch == 0) d.max_pitch = uint64_t{1} << 20;
+  if (attribute(CU_DEVICE_ATTRIBUTE_COMPUTE_MODE) == CU_COMPUTEMODE_PROHIBITED)
+    return absl::UnavailableError(absl::StrCat(info.id, ": ", ComputeModeText(CU_COMPUTEMODE_PROHIBITED)));
   info.architecture = d.arch = absl::StrCat("sm_", attribute(CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR),
                                             attribute(CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR));
   info.formats = {"cuda-ptx", "cuda-cubin"};
@@ -771,9 +789,15 @@ absl::StatusOr<std::unique_ptr<Context>> CudaDevice::OpenContext(const ContextOp
   }
   if (r != CUDA_SUCCESS) {
     if (primary) LeavePrimary();
-    const std::string why =
+    std::string why =
         absl::StrCat(info_.id, primary ? ": cuDevicePrimaryCtxRetain: " : ": cuCtxCreate: ", cu_->ErrorText(r));
     if (r == CUDA_ERROR_OUT_OF_MEMORY) return absl::ResourceExhaustedError(why);
+    // The mode now: nvidia-smi may have changed it since discovery.
+    int mode = CU_COMPUTEMODE_DEFAULT;
+    if ((r == CUDA_ERROR_DEVICE_UNAVAILABLE || r == CUDA_ERROR_UNKNOWN) &&
+        cu_->cuDeviceGetAttribute(&mode, CU_DEVICE_ATTRIBUTE_COMPUTE_MODE, dev_) == CUDA_SUCCESS &&
+        mode != CU_COMPUTEMODE_DEFAULT)
+      absl::StrAppend(&why, "; ", ComputeModeText(mode));
     return absl::UnavailableError(why);
   }
   // From here the context's destructor leaves the primary context.

@@ -49,6 +49,7 @@ struct FakeCuda {
   decltype(&fake_cuda_set_max_pitch) set_max_pitch = nullptr;
   decltype(&fake_cuda_set_driver_version) set_driver_version = nullptr;
   decltype(&fake_cuda_set_fault_error) set_fault_error = nullptr;
+  decltype(&fake_cuda_set_compute_mode) set_compute_mode = nullptr;
   decltype(&cuGetProcAddress_v2) get_proc_address = nullptr;
 };
 
@@ -68,10 +69,12 @@ absl::StatusOr<FakeCuda> FindFake() {
     fake.set_driver_version =
         reinterpret_cast<decltype(fake.set_driver_version)>(dlsym(handle, "fake_cuda_set_driver_version"));
     fake.set_fault_error = reinterpret_cast<decltype(fake.set_fault_error)>(dlsym(handle, "fake_cuda_set_fault_error"));
+    fake.set_compute_mode =
+        reinterpret_cast<decltype(fake.set_compute_mode)>(dlsym(handle, "fake_cuda_set_compute_mode"));
     fake.get_proc_address = reinterpret_cast<decltype(fake.get_proc_address)>(dlsym(handle, "cuGetProcAddress_v2"));
   }
   if (!fake.reset || !fake.stack_depth || !fake.count || !fake.set_max_pitch || !fake.set_driver_version ||
-      !fake.set_fault_error || !fake.get_proc_address)
+      !fake.set_fault_error || !fake.set_compute_mode || !fake.get_proc_address)
     return absl::UnavailableError(absl::StrCat("the libcuda.so.1 loaded is NVIDIA's driver, not the fake; ", kHow));
   return fake;
 }
@@ -465,6 +468,41 @@ TEST_F(FakeCudaDriverTest, ADriverOlderThanTheToolkitServesAtItsOwnVersion) {
   absl::StatusOr<std::unique_ptr<CudaLibrary>> old = CudaLibrary::Load();
   EXPECT_EQ(old.status().code(), absl::StatusCode::kUnavailable) << old.status();
   EXPECT_THAT(std::string(old.status().message()), HasSubstr("supports CUDA 12.4; replayd needs 12.5 or newer"));
+  fake_.reset();  // the next case in this process finds the fake by loading it at the toolkit's version
+}
+
+// A device in prohibited compute mode (nvidia-smi --compute-mode), on which no process may
+// make a context, is not served, and discovery says why.
+TEST_F(FakeCudaDriverTest, ADeviceInProhibitedComputeModeIsNotServedAndSaysWhy) {
+  fake_.set_compute_mode(CU_COMPUTEMODE_PROHIBITED, 0);
+  CudaDriver driver({});
+  EXPECT_TRUE(driver.Discover().empty());
+  EXPECT_THAT(driver.unavailable(), HasSubstr("cuda:0: its compute mode is prohibited: no process may use it"));
+}
+
+// In exclusive-process compute mode one process at a time may hold contexts on the device
+// (without MPS): while another holds it, a session's context, of either policy, is
+// UNAVAILABLE with the driver's words and the reason, and once it lets go the next opens.
+TEST_F(FakeCudaDriverTest, AContextRefusedInExclusiveProcessModeSaysWhy) {
+  for (CudaContextPolicy policy : {CudaContextPolicy::kSession, CudaContextPolicy::kPrimary}) {
+    SCOPED_TRACE(policy == CudaContextPolicy::kSession ? "session contexts" : "the primary context");
+    fake_.reset();
+    fake_.set_compute_mode(CU_COMPUTEMODE_EXCLUSIVE_PROCESS, 1);
+    std::unique_ptr<Device> device = Discover(policy);
+    ASSERT_NE(device, nullptr) << "served: another process may let go";
+    absl::StatusOr<std::unique_ptr<Context>> refused = device->OpenContext({"test"});
+    EXPECT_EQ(refused.status().code(), absl::StatusCode::kUnavailable) << refused.status();
+    EXPECT_THAT(std::string(refused.status().message()),
+                AllOf(HasSubstr("CUDA_ERROR_DEVICE_UNAVAILABLE"),
+                      HasSubstr("its compute mode is exclusive-process: one process at a time may use it")));
+    fake_.set_compute_mode(CU_COMPUTEMODE_EXCLUSIVE_PROCESS, 0);
+    ASSERT_OK_AND_ASSIGN(std::unique_ptr<Context> context, device->OpenContext({"test"}));
+    ASSERT_OK_AND_ASSIGN(Allocation a, context->Allocate(256));
+    context->Free(a);
+    context.reset();
+    device.reset();
+    ExpectNothingLeft();
+  }
 }
 
 // Where the daemon runs a tenant's CUDA work, named for test names: in the daemon's

@@ -142,6 +142,10 @@ struct State {
   std::unordered_map<CUgraphExec, std::unique_ptr<CUgraphExec_st>> execs;
   int reclaimed = 0;
   uint64_t max_pitch = kMaxPitch;  // fake_cuda_set_max_pitch's
+  // fake_cuda_set_compute_mode's: the device's CUcomputemode, and whether another process
+  // holds the device (which refuses this one a context in exclusive-process mode).
+  CUcomputemode compute_mode = CU_COMPUTEMODE_DEFAULT;
+  bool held_elsewhere = false;
   int driver_version = kVersion;   // fake_cuda_set_driver_version's
   CUresult fault_error = CUDA_ERROR_ILLEGAL_ADDRESS;  // what the sticky fault answers: fake_cuda_set_fault_error's
   // Work submitted to a stream and not yet run, by the stream's queue (QueueOf), its
@@ -640,6 +644,8 @@ constexpr ErrorText kErrors[] = {
     {CUDA_ERROR_MPS_CLIENT_TERMINATED, "CUDA_ERROR_MPS_CLIENT_TERMINATED", "the MPS client was terminated"},
     {CUDA_ERROR_EXTERNAL_DEVICE, "CUDA_ERROR_EXTERNAL_DEVICE", "an external device encountered an error"},
     {CUDA_ERROR_NOT_SUPPORTED, "CUDA_ERROR_NOT_SUPPORTED", "operation not supported"},
+    {CUDA_ERROR_DEVICE_UNAVAILABLE, "CUDA_ERROR_DEVICE_UNAVAILABLE", "CUDA-capable device(s) is/are busy or unavailable"},
+    {CUDA_ERROR_UNKNOWN, "CUDA_ERROR_UNKNOWN", "unknown error"},
 };
 
 // An unknown code is CUDA_ERROR_INVALID_VALUE with *str null, as the driver answers.
@@ -701,6 +707,7 @@ CUresult DeviceGetAttribute(int* value, CUdevice_attribute attribute, CUdevice d
   switch (attribute) {
     case CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_BLOCK: *value = kMaxThreadsPerBlock; break;
     case CU_DEVICE_ATTRIBUTE_MAX_PITCH: *value = static_cast<int>(call.s.max_pitch); break;
+    case CU_DEVICE_ATTRIBUTE_COMPUTE_MODE: *value = call.s.compute_mode; break;
     case CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_X: *value = kMaxBlock[0]; break;
     case CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_Y: *value = kMaxBlock[1]; break;
     case CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_Z: *value = kMaxBlock[2]; break;
@@ -722,12 +729,22 @@ CUresult DeviceGetAttribute(int* value, CUdevice_attribute attribute, CUdevice d
 
 // Creates a context and pushes it on the calling thread's stack, as the driver does.
 // The fake makes plain contexts only: no creation parameters.
+// Whether the compute mode lets this process make a context: never in prohibited mode
+// (CUDA_ERROR_UNKNOWN, as cuCtxCreate's and cuDevicePrimaryCtxRetain's documentation
+// says), and in exclusive-process mode only while no other process holds the device.
+CUresult ContextAllowed(const State& s) {
+  if (s.compute_mode == CU_COMPUTEMODE_PROHIBITED) return CUDA_ERROR_UNKNOWN;
+  if (s.compute_mode == CU_COMPUTEMODE_EXCLUSIVE_PROCESS && s.held_elsewhere) return CUDA_ERROR_DEVICE_UNAVAILABLE;
+  return CUDA_SUCCESS;
+}
+
 CUresult CtxCreate(CUcontext* pctx, CUctxCreateParams* params, unsigned flags, CUdevice dev) {
   Call call;
   if (CUresult r = call.blocked(); r != CUDA_SUCCESS) return r;
   if (!pctx || (flags & ~unsigned{CU_CTX_FLAGS_MASK})) return CUDA_ERROR_INVALID_VALUE;
   if (params) return CUDA_ERROR_NOT_SUPPORTED;
   if (dev != 0) return CUDA_ERROR_INVALID_DEVICE;
+  if (CUresult r = ContextAllowed(call.s); r != CUDA_SUCCESS) return r;
   call.s.contexts.push_back(std::make_unique<CUctx_st>());
   *pctx = call.s.contexts.back().get();
   t_stack.push_back(*pctx);
@@ -783,6 +800,8 @@ CUresult DevicePrimaryCtxRetain(CUcontext* pctx, CUdevice dev) {
   if (!pctx) return CUDA_ERROR_INVALID_VALUE;
   if (dev != 0) return CUDA_ERROR_INVALID_DEVICE;
   State& s = call.s;
+  if (!s.primary || !s.primary->alive)
+    if (CUresult r = ContextAllowed(s); r != CUDA_SUCCESS) return r;
   if (!s.primary) {
     s.contexts.push_back(std::make_unique<CUctx_st>());
     s.primary = s.contexts.back().get();
@@ -1457,6 +1476,8 @@ extern "C" FAKE_CUDA_EXPORT void fake_cuda_reset(void) {
   s.faulted = false;
   s.initialized = false;
   s.max_pitch = kMaxPitch;
+  s.compute_mode = CU_COMPUTEMODE_DEFAULT;
+  s.held_elsewhere = false;
   s.driver_version = kVersion;
   s.fault_error = CUDA_ERROR_ILLEGAL_ADDRESS;
   t_stack.clear();
@@ -1470,6 +1491,12 @@ extern "C" FAKE_CUDA_EXPORT void fake_cuda_set_driver_version(int version) {
 extern "C" FAKE_CUDA_EXPORT void fake_cuda_set_fault_error(int error) {
   Call call;
   call.s.fault_error = static_cast<CUresult>(error);
+}
+
+extern "C" FAKE_CUDA_EXPORT void fake_cuda_set_compute_mode(int mode, int held_elsewhere) {
+  Call call;
+  call.s.compute_mode = static_cast<CUcomputemode>(mode);
+  call.s.held_elsewhere = held_elsewhere != 0;
 }
 
 extern "C" FAKE_CUDA_EXPORT void fake_cuda_set_max_pitch(int pitch) {

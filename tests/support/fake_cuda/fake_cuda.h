@@ -79,6 +79,13 @@ void fake_cuda_set_driver_version(int version);
 // inconsistent state.
 void fake_cuda_set_fault_error(int error);
 
+// Makes the device's compute mode `mode` (a CUcomputemode: CU_DEVICE_ATTRIBUTE_COMPUTE_MODE)
+// until the next reset, and says whether another process holds the device. As the driver
+// documents, a new context (cuCtxCreate, or retaining a primary context not yet active)
+// is CUDA_ERROR_UNKNOWN in prohibited mode, and CUDA_ERROR_DEVICE_UNAVAILABLE in
+// exclusive-process mode while another process holds the device.
+void fake_cuda_set_compute_mode(int mode, int held_elsewhere);
+
 // The depth of the calling thread's context stack.
 int fake_cuda_context_stack_depth(void);
 
