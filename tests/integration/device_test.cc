@@ -3,6 +3,7 @@
 // the kernels written in each program format the device accepts.
 #include <gmock/gmock.h>
 
+#include <cmath>
 #include <fstream>
 #include <random>
 #include <thread>
@@ -236,6 +237,33 @@ class DeviceTest : public DaemonFixture, public ::testing::WithParamInterface<De
     return spec;
   }
 
+  // A captured chain of `calls` affine launches over kN elements, bin -> t -> t' ... ->
+  // out, the call c adding `position` + c % 3 (position a variable of `range`): each
+  // element of out is (...((in * 2 + k0) * 2 + k1)...).
+  absl::StatusOr<Graph> CaptureAffineChain(const Program& affine, Buffer& bin, Buffer& out, int calls,
+                                           const Variable& position) {
+    if (absl::Status s = session_->BeginCapture({&bin}, {kCount, position}); !s.ok()) return s;
+    std::vector<Buffer> temps;
+    for (int c = 0; c < calls - 1; ++c) temps.push_back(Alloc(kN * 4));
+    for (int c = 0; c < calls; ++c) {
+      const Buffer* src = c == 0 ? &bin : &temps[c - 1];
+      const Buffer* dst = c == calls - 1 ? &out : &temps[c];
+      LaunchSpec spec =
+          Over({View{dst}, View{src}, Expr{"n"}, Expr{position.name + " + " + std::to_string(c % 3)}}, kN);
+      spec.variables.push_back({position, 7});
+      if (absl::Status s = session_->Launch(affine, spec).status(); !s.ok()) return s;
+    }
+    temps.clear();
+    return session_->EndCapture({&out});
+  }
+
+  // What element i of such a chain's out is, for n elements and position p.
+  static float ChainValue(float in, int calls, int64_t p) {
+    float v = in;
+    for (int c = 0; c < calls; ++c) v = v * 2.0f + static_cast<float>(p + c % 3);
+    return v;
+  }
+
   std::vector<float> ReadFloats(const Buffer& b, size_t n) {
     auto v = session_->ReadVector<float>(b, n);
     EXPECT_TRUE(v.ok()) << v.status();
@@ -295,28 +323,12 @@ TEST_P(DeviceTest, ACapturedChainReplaysWithVariablesAsParameters) {
   Buffer bin = Alloc(kN * 4), out = Alloc(kN * 4);
   ASSERT_TRUE(session_->WriteVector(bin, in).ok());
   // 40 calls (more than the first batch of 32): in -> t -> t' ... -> out, k = pos + step.
-  ASSERT_TRUE(session_->BeginCapture({&bin}, {kCount, kPos}).ok());
   constexpr int kCalls = 40;
-  std::vector<Buffer> temps;
-  for (int c = 0; c < kCalls - 1; ++c) temps.push_back(Alloc(kN * 4));
-  for (int c = 0; c < kCalls; ++c) {
-    const Buffer* src = c == 0 ? &bin : &temps[c - 1];
-    const Buffer* dst = c == kCalls - 1 ? &out : &temps[c];
-    LaunchSpec spec = Over({View{dst}, View{src}, Expr{"n"}, Expr{"pos + " + std::to_string(c % 3)}}, kN);
-    spec.variables.push_back({kPos, 7});
-    ASSERT_TRUE(session_->Launch(affine, spec).ok());
-  }
-  temps.clear();
-  auto graph = session_->EndCapture({&out});
+  auto graph = CaptureAffineChain(affine, bin, out, kCalls, kPos);
   ASSERT_TRUE(graph.ok()) << graph.status();
   EXPECT_GE(graph->info().batches(), 2u);
-  // out = (...((in * 2 + k0) * 2 + k1)...): computed in doubles here, like the device's
-  // floats for these small values.
   auto expect = [&](int64_t n, int64_t p, size_t i) {
-    if (static_cast<int64_t>(i) >= n) return 0.0f;
-    float v = in[i];
-    for (int c = 0; c < kCalls; ++c) v = v * 2.0f + static_cast<float>(p + c % 3);
-    return v;
+    return static_cast<int64_t>(i) >= n ? 0.0f : ChainValue(in[i], kCalls, p);
   };
   for (auto [n, p] : {std::pair<int64_t, int64_t>{kN, 3}, {kN, 11}, {kN / 2 + 1, 5}}) {
     std::vector<float> zero(kN, 0.0f);
@@ -488,6 +500,41 @@ TEST_P(DeviceTest, AReplaySequenceStepsItsVariable) {
   ASSERT_EQ(seen.size(), 8u);
   for (int s = 0; s < 8; ++s)
     for (int i = 0; i < 4; ++i) EXPECT_FLOAT_EQ(seen[s][i], in[i] * 2.0f + static_cast<float>(17 + s)) << s;
+}
+
+// A graph whose every node changes at every replay, replayed thousands of times as one
+// sequence, each step's result checked: the device graph's node updates run for a long
+// time (on HIP, ROCm keeps an argument segment per update until the graph is rebuilt, by
+// default past 16 MiB, which this passes a few times over).
+TEST_P(DeviceTest, AGraphUpdatedAtEveryReplayComputesThousandsOfTimes) {
+  ASSERT_OK_AND_ASSIGN(Program affine, session_->Load(kernels_.affine));
+  std::vector<float> in = Random(kN, 6);
+  Buffer bin = Alloc(kN * 4), out = Alloc(kN * 4);
+  ASSERT_TRUE(session_->WriteVector(bin, in).ok());
+  constexpr int kCalls = 32;
+  constexpr uint32_t kSteps = 6000;
+  const Variable step{"step", 0, 1 << 20, 1};
+  ASSERT_OK_AND_ASSIGN(Graph graph, CaptureAffineChain(affine, bin, out, kCalls, step));
+  SequenceSpec seq;
+  seq.base = {&bin, &out, kN, int64_t{0}};
+  seq.step_param = 3;
+  seq.count = kSteps;
+  seq.reads = {View{&out, 0, 2 * 4}};
+  seq.stream_reads = true;
+  uint32_t seen = 0, wrong = 0;
+  auto r = session_->ReplaySequence(graph, seq, [&](uint32_t s, std::vector<std::string> reads) {
+    ++seen;
+    const float* f = reinterpret_cast<const float*>(reads[0].data());
+    for (int i = 0; i < 2; ++i) {
+      const float want = ChainValue(in[i], kCalls, s);
+      if (std::abs(f[i] - want) > 1e-6f * std::abs(want) && wrong++ < 5)
+        ADD_FAILURE() << "step " << s << " element " << i << ": " << f[i] << ", not " << want;
+    }
+  });
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->replays, kSteps);
+  EXPECT_EQ(seen, kSteps);
+  EXPECT_EQ(wrong, 0u);
 }
 
 TEST_P(DeviceTest, ABrokenProgramReturnsItsDiagnostics) {
