@@ -136,6 +136,9 @@ class HipContext : public Context {
 
   const HipLibrary& hip() const;
   const HipDriverOptions& options() const;
+  // The device's memory as the daemon accounts it, and the device's id for its messages.
+  DeviceMemory& device_memory();
+  const std::string& device_id() const;
   absl::Status Bind();
   absl::Status Check(hipError_t e, absl::string_view what);
   hipStream_t stream() const { return stream_; }
@@ -302,11 +305,13 @@ class HipBatch : public DeviceGraph {
     }
   }
   ~HipBatch() override {
-    if (!context_->Bind().ok()) return;
-    // ROCm 6.0 and 6.1 delete an exec at once, a launch of it still queued or not.
-    if (exec_) (void)context_->hip().hipStreamSynchronize(context_->stream());
-    if (exec_) (void)context_->hip().hipGraphExecDestroy(exec_);
-    if (graph_) (void)context_->hip().hipGraphDestroy(graph_);
+    if (context_->Bind().ok()) {
+      // ROCm 6.0 and 6.1 delete an exec at once, a launch of it still queued or not.
+      if (exec_) (void)context_->hip().hipStreamSynchronize(context_->stream());
+      if (exec_) (void)context_->hip().hipGraphExecDestroy(exec_);
+      if (graph_) (void)context_->hip().hipGraphDestroy(graph_);
+    }
+    if (reserved_) context_->device_memory().Release(reserved_);
   }
 
   // Builds the hipGraph form.
@@ -333,6 +338,13 @@ class HipBatch : public DeviceGraph {
     if (!exec_ || !changed) return absl::OkStatus();
     n.stale = true;
     if (absl::Status s = context_->Bind(); !s.ok()) return s;
+    // The segments updates may take before the next rebuild, reserved at the first.
+    if (!updates_reserved_) {
+      const uint64_t updates = context_->options().graph_kernarg_bytes + segments_;
+      if (absl::Status s = context_->device_memory().Reserve(context_->device_id(), updates); !s.ok()) return s;
+      reserved_ += updates;
+      updates_reserved_ = true;
+    }
     const HipLibrary& hip = context_->hip();
     absl::Status s;
     if (!n.params) {
@@ -379,13 +391,23 @@ class HipBatch : public DeviceGraph {
   // What a copy node's update is counted as taking: an estimate of the segments of the
   // runtime's blit kernels (up to two dispatches a copy), which no metadata here gives.
   static constexpr uint64_t kCopyKernargBytes = 1024;
+  // What ROCm's kernarg pool of an exec holds besides its nodes' segments (kKernArgChunkSize).
+  static constexpr uint64_t kKernargPoolBytes = 128 << 10;
 
   // A hipGraph of the nodes as they are now, with edges_, and its exec, in place of the
   // ones there were (destroyed once their launches queued on the stream have run). On an
   // error the batch stays as it was.
+  //
+  // The exec's argument segments are device memory the runtime takes: its pool (the
+  // nodes' segments and kKernargPoolBytes) is reserved from the device's memory here,
+  // and the segments its updates may take before the next rebuild at the first update.
   absl::Status Build() {
     const HipLibrary& hip = context_->hip();
     if (absl::Status s = context_->Bind(); !s.ok()) return s;
+    segments_ = 0;
+    for (const Node& n : nodes_) segments_ += n.params ? n.kernel->kernarg_bytes() : kCopyKernargBytes;
+    const uint64_t pool = kKernargPoolBytes + segments_;
+    if (absl::Status s = context_->device_memory().Reserve(context_->device_id(), pool); !s.ok()) return s;
     hipGraph_t graph = nullptr;
     hipGraphExec_t exec = nullptr;
     std::vector<hipGraphNode_t> handles(nodes_.size());
@@ -412,10 +434,14 @@ class HipBatch : public DeviceGraph {
     if (!s.ok()) {
       if (exec) (void)hip.hipGraphExecDestroy(exec);
       if (graph) (void)hip.hipGraphDestroy(graph);
+      context_->device_memory().Release(pool);
       return s;
     }
     if (exec_) (void)hip.hipGraphExecDestroy(exec_);
     if (graph_) (void)hip.hipGraphDestroy(graph_);
+    if (reserved_) context_->device_memory().Release(reserved_);
+    reserved_ = pool;
+    updates_reserved_ = false;
     graph_ = graph;
     exec_ = exec;
     for (size_t i = 0; i < nodes_.size(); ++i) {
@@ -443,11 +469,20 @@ class HipBatch : public DeviceGraph {
   std::vector<std::pair<size_t, size_t>> edges_;
   // Bytes of argument segments exec_ has taken for node updates since it was instantiated.
   uint64_t update_kernargs_ = 0;
+  // The segments of one instantiation of the nodes; the device memory reserved for
+  // exec_'s pool, and whether that includes what its updates may take.
+  uint64_t segments_ = 0;
+  uint64_t reserved_ = 0;
+  bool updates_reserved_ = false;
 };
 
 const HipLibrary& HipContext::hip() const { return device_->hip(); }
 
 const HipDriverOptions& HipContext::options() const { return device_->options(); }
+
+DeviceMemory& HipContext::device_memory() { return device_->memory(); }
+
+const std::string& HipContext::device_id() const { return device_->info().id; }
 
 bool HipContext::wants_edges() const { return device_->graphs(); }
 

@@ -735,10 +735,21 @@ TEST_P(FakeHipDaemonTest, AGraphUpdatedAtEveryReplayIsInstantiatedAfreshWithinIt
   copy->mutable_dst()->set_length(kN * 4);
   copy->mutable_src()->set_slot(0);
   copy->mutable_src()->set_length(kN * 4);
-  ASSERT_OK_AND_ASSIGN(Graph graph, session_->DefineGraph(def));
+  auto free_memory = [&] {
+    absl::StatusOr<std::vector<v1::Device>> devices = client_->ListDevices();
+    EXPECT_TRUE(devices.ok()) << devices.status();
+    for (const v1::Device& d : devices.ok() ? *devices : std::vector<v1::Device>())
+      if (d.id() == "hip:0") return d.free_memory();
+    return uint64_t{0};
+  };
+  const uint64_t free_at_start = free_memory();
+  std::optional<Graph> defined;
+  ASSERT_OK_AND_ASSIGN(defined, session_->DefineGraph(def));
+  Graph& graph = *defined;
   Buffer a[2] = {Alloc(kN * 4), Alloc(kN * 4)}, b = Alloc(kN * 4), out = Alloc(kN * 4),
          c[2] = {Alloc(kN * 4), Alloc(kN * 4)};
   for (int i = 0; i < 2; ++i) ASSERT_OK(session_->WriteVector(a[i], Iota(kN, 1000.0f * i)));
+  const uint64_t free_before = free_memory();
   for (int r = 0; r < kReplays; ++r) {
     const int i = r % 2;
     absl::StatusOr<ReplayResult> replayed =
@@ -746,6 +757,13 @@ TEST_P(FakeHipDaemonTest, AGraphUpdatedAtEveryReplayIsInstantiatedAfreshWithinIt
     ASSERT_TRUE(replayed.ok()) << "replay " << r << ": " << replayed.status();
     ASSERT_EQ(replayed->reads.size(), 1u);
     ASSERT_EQ(Floats(replayed->reads[0]), Iota(kN, 1000.0f * i)) << "replay " << r;
+    // The runtime's kernarg pool of the graph, and what its updates may take, are counted
+    // against the device's memory while the graph lives (in an executor, they are part of
+    // the executor's own state).
+    if (r == 0 && GetParam().graph == HipDeviceGraph::kGraph && GetParam().isolation == Isolation::kShared) {
+      EXPECT_GE(free_at_start - free_before, (128u << 10) + 6 * kN * 4) << "the instance's pool, and the buffers";
+      EXPECT_GE(free_before - free_memory(), kGraphKernargBytes) << "what its updates may take";
+    }
   }
   if (GetParam().graph == HipDeviceGraph::kGraph && GetParam().isolation == Isolation::kShared) {
     EXPECT_EQ(fake_.count("graph_execs"), 1) << "each instance the graph replaces is destroyed";
@@ -755,6 +773,10 @@ TEST_P(FakeHipDaemonTest, AGraphUpdatedAtEveryReplayIsInstantiatedAfreshWithinIt
         << "the limit, the build's segments and one replay's";
   }
   EXPECT_EQ(fake_.count("faulted"), 0);
+  defined.reset();
+  for (Buffer* buffer : {&a[0], &a[1], &b, &out, &c[0], &c[1]}) *buffer = Buffer();
+  ASSERT_OK(session_->Close());
+  EXPECT_EQ(free_memory(), free_at_start) << "the graph's pool is given back with it";
 }
 
 INSTANTIATE_TEST_SUITE_P(Policies, FakeHipDaemonTest, kPolicies, PolicyName);
