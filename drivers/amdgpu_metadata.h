@@ -41,10 +41,10 @@ struct AmdgpuKernelInfo {
 // its ".name" is entry). `image` is an ELF64 code object for EM_AMDGPU, or a clang
 // offload bundle of them (every code object in it that describes the kernel must agree
 // on its arguments; the smallest launch bounds and the largest argument segment count).
-// Every read is bounds-checked, so any bytes may be passed. INVALID_ARGUMENT naming `format` when there is no metadata note, two notes
-// differ, the note is not well-formed MessagePack of the form above, or no kernel of it
-// is `entry` ("<format> program has no kernel named <entry>", as when the loader cannot
-// find it).
+// Every read is bounds-checked, so any bytes may be passed. INVALID_ARGUMENT naming
+// `format` when there is no metadata note, two notes differ, the note is not well-formed
+// MessagePack of the form above, or no kernel of it is `entry` ("<format> program has no
+// kernel named <entry>", as when the loader cannot find it).
 absl::StatusOr<AmdgpuKernelInfo> ReadAmdgpuKernelInfo(absl::string_view image, absl::string_view entry,
                                                       absl::string_view format);
 

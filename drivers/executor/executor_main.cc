@@ -195,7 +195,8 @@ int main(int argc, char** argv) {
 
   std::unique_ptr<replayd::Device> served;
   if (gpu) {
-    absl::StatusOr<std::unique_ptr<replayd::Device>> made = MakeGpuDevice(device, ordinal, staging_bytes, device_graph, graph_kernarg_bytes);
+    absl::StatusOr<std::unique_ptr<replayd::Device>> made =
+        MakeGpuDevice(device, ordinal, staging_bytes, device_graph, graph_kernarg_bytes);
     if (!made.ok()) return Refuse(*channel, parent, made.status());
     served = *std::move(made);
   } else {

@@ -277,10 +277,11 @@ class HipKernel : public Kernel {
 //
 // ROCm's graph exec takes a new argument segment (the kernel's .kernarg_segment_size, at
 // an alignment of 128 bytes at least) for each kernel node update, and one for each copy
-// node update (its copy runs as a blit kernel whose packets are captured again), and gives
-// none back before the exec is destroyed (rocm-systems#10713): a graph replayed with a new variable value at every decode step
-// would grow into the device's memory until the runtime fails (ROCm 7.2 writes through a
-// null pointer then, rocm-systems#10021). So once the updates of an exec have taken more
+// node update (its copy runs as a blit kernel whose packets are captured again), and
+// gives none back before the exec is destroyed (rocm-systems#10713): a graph replayed
+// with a new variable value at every decode step would grow into the device's memory
+// until the runtime fails (ROCm 7.2 writes through a null pointer then,
+// rocm-systems#10021). So once the updates of an exec have taken more
 // than --hip_graph_kernarg_bytes, the next launch first replaces the graph and its exec by
 // new ones built from every node's current values. (Not an instantiation of the same
 // graph given the values again: its copy nodes are on the engine's placeholder, freed
