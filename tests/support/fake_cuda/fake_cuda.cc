@@ -11,6 +11,7 @@
 // fresh device memory holds garbage, and memcpy nodes are 1D device-to-device copies.
 #include "tests/support/fake_cuda/fake_cuda.h"
 #include "tests/support/device_queues.h"
+#include "tests/support/graph_order.h"
 
 #include <cuda.h>
 #include <elf.h>
@@ -78,6 +79,7 @@ struct CUgraphNode_st {
   std::string name;               // the kernel's, kept for launches after an unload
   CUcontext ctx = nullptr;        // the kernel's module's context, or the memcpy node's
   CUDA_MEMCPY3D copy{};           // a memcpy node's
+  std::vector<CUgraphNode> deps;  // the nodes it depends on (its edges)
   // An instantiated memcpy node's operands as they were at the instantiation: the
   // allocations (by their serial numbers) its source and destination lay in.
   uint64_t original_src = 0, original_dst = 0;
@@ -1226,6 +1228,7 @@ CUresult GraphAddKernelNode(CUgraphNode* node, CUgraph graph, const CUgraphNode*
   k->function = p->func;
   k->name = p->func->name;
   k->ctx = p->func->module->ctx;
+  k->deps.assign(deps, deps + n);
   *node = k.get();
   graph->nodes.push_back(std::move(k));
   return CUDA_SUCCESS;
@@ -1244,6 +1247,7 @@ CUresult GraphAddMemcpyNode(CUgraphNode* node, CUgraph graph, const CUgraphNode*
   auto c = std::make_unique<CUgraphNode_st>();
   c->ctx = ctx;
   c->copy = *p;
+  c->deps.assign(deps, deps + n);
   *node = c.get();
   graph->nodes.push_back(std::move(c));
   return CUDA_SUCCESS;
@@ -1328,10 +1332,11 @@ CUresult GraphExecMemcpyNodeSetParams(CUgraphExec exec, CUgraphNode node, const 
   return CUDA_SUCCESS;
 }
 
-// Runs the nodes in order: a memcpy node copies, a kernel node does nothing. The device
-// faults, as a GPU would, at a kernel named "fault", at a kernel since unloaded and at a
-// copy whose memory has been freed since its node was set; the launch itself succeeds,
-// and the calls that follow report the fault.
+// Runs the nodes in an order their edges allow (LatestReadyFirst): a memcpy node copies,
+// a kernel node does nothing. The device faults, as a GPU would, at a kernel named
+// "fault", at a kernel since unloaded and at a copy whose memory has been freed since
+// its node was set; the launch itself succeeds, and the calls that follow report the
+// fault.
 CUresult GraphLaunch(CUgraphExec exec, CUstream stream) {
   Call call;
   if (CUresult r = call.blocked(); r != CUDA_SUCCESS) return r;
@@ -1339,9 +1344,14 @@ CUresult GraphLaunch(CUgraphExec exec, CUstream stream) {
   if (CUresult r = UsableStream(call.s, stream, &ctx); r != CUDA_SUCCESS) return r;
   if (!call.s.execs.count(exec)) return CUDA_ERROR_INVALID_VALUE;
   if (exec->ctx != ctx) return CUDA_ERROR_INVALID_CONTEXT;
-  // The nodes as they are now: an update after the launch changes later launches only.
+  // The nodes as they are now (an update after the launch changes later launches only),
+  // in the order a GPU might run them (tests/support/graph_order.h).
+  std::vector<CUgraphNode> handles;
+  for (const auto& [handle, n] : exec->nodes) handles.push_back(handle);
   auto nodes = std::make_shared<std::vector<CUgraphNode_st>>();
-  for (const auto& [handle, n] : exec->nodes) nodes->push_back(n);
+  for (size_t i : replayd::testing::LatestReadyFirst(
+           handles, [&](size_t i) -> const std::vector<CUgraphNode>& { return exec->nodes[i].second.deps; }))
+    nodes->push_back(exec->nodes[i].second);
   call.s.work.Submit(QueueOf(stream, ctx), ctx, [nodes](State& s) {
     for (const CUgraphNode_st& n : *nodes) {
       if (n.function) {

@@ -39,8 +39,10 @@
 //   node or node update reads one argument pointer per parameter and each parameter's
 //   bytes through it, as the driver does, refuses missing ones, and refuses a block past
 //   the launch bounds;
-// - graph launches perform their memcpy nodes in node order, with the nodes as they were
-//   at the launch (an update afterwards changes later launches only);
+// - graph launches perform their memcpy nodes in an order a GPU might take (of the nodes
+//   whose dependencies have run, the one created last: tests/support/graph_order.h, so a
+//   missing edge between two copies shows), with the nodes as they were at the launch (an
+//   update afterwards changes later launches only);
 //   cuGraphExecMemcpyNodeSetParams takes what its documentation allows: new 1-dimensional
 //   operands of any size in the node's context, and only while the operands the node was
 //   instantiated with are still allocated ("the memory operands' mappings changed" is

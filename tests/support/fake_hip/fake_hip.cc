@@ -13,6 +13,7 @@
 #include "tests/support/fake_hip/fake_hip.h"
 #include "drivers/amdgpu_metadata.h"
 #include "tests/support/device_queues.h"
+#include "tests/support/graph_order.h"
 
 #include <elf.h>
 #include <hip/hip_runtime_api.h>
@@ -73,6 +74,7 @@ struct hipGraphNode {
   std::string name;                  // the kernel's, kept for launches after an unload
   int device = 0;                    // the kernel's module's
   std::vector<const void*> buffers;  // a kernel node's pointer arguments, as they were set
+  std::vector<hipGraphNode_t> deps;  // the nodes it depends on (its edges)
   void* dst = nullptr;               // a memcpy node's
   const void* src = nullptr;
   size_t bytes = 0;
@@ -870,6 +872,7 @@ FAKE_HIP_EXPORT hipError_t hipGraphAddKernelNode(hipGraphNode_t* node, hipGraph_
   k->name = f->name;
   k->device = f->module->device;
   k->buffers = Buffers(f, p->kernelParams);
+  k->deps.assign(deps, deps + n);
   *node = k.get();
   graph->nodes.push_back(std::move(k));
   return hipSuccess;
@@ -889,6 +892,7 @@ FAKE_HIP_EXPORT hipError_t hipGraphAddMemcpyNode1D(hipGraphNode_t* node, hipGrap
   c->dst = dst;
   c->src = src;
   c->bytes = count;
+  c->deps.assign(deps, deps + n);
   *node = c.get();
   graph->nodes.push_back(std::move(c));
   return hipSuccess;
@@ -979,20 +983,25 @@ FAKE_HIP_EXPORT hipError_t hipGraphExecMemcpyNodeSetParams1D(hipGraphExec_t exec
   return hipSuccess;
 }
 
-// Runs the nodes in order: a memcpy node copies, a kernel node does nothing. The device
-// faults, as a GPU would, at a kernel named "fault", at a kernel since unloaded or with a
-// pointer argument off the live allocations, and at a copy whose memory has been freed
-// since its node was set; the launch itself succeeds,
-// and the calls that follow report the fault.
+// Runs the nodes in an order their edges allow (LatestReadyFirst): a memcpy node copies,
+// a kernel node does nothing. The device faults, as a GPU would, at a kernel named
+// "fault", at a kernel since unloaded or with a pointer argument off the live
+// allocations, and at a copy whose memory has been freed since its node was set; the
+// launch itself succeeds, and the calls that follow report the fault.
 FAKE_HIP_EXPORT hipError_t hipGraphLaunch(hipGraphExec_t exec, hipStream_t stream) {
   Call call;
   if (hipError_t r = call.blocked(); r != hipSuccess) return r;
   if (hipError_t r = UsableStream(call.s, stream); r != hipSuccess) return r;
   if (!call.s.execs.count(exec)) return hipErrorInvalidValue;
   if (exec->device != t_device) return hipErrorInvalidDevice;
-  // The nodes as they are now: an update after the launch changes later launches only.
+  // The nodes as they are now (an update after the launch changes later launches only),
+  // in the order a GPU might run them (tests/support/graph_order.h).
+  std::vector<hipGraphNode_t> handles;
+  for (const auto& [handle, n] : exec->nodes) handles.push_back(handle);
   auto nodes = std::make_shared<std::vector<hipGraphNode>>();
-  for (const auto& [handle, n] : exec->nodes) nodes->push_back(n);
+  for (size_t i : replayd::testing::LatestReadyFirst(
+           handles, [&](size_t i) -> const std::vector<hipGraphNode_t>& { return exec->nodes[i].second.deps; }))
+    nodes->push_back(exec->nodes[i].second);
   call.s.work.Submit(stream, nullptr, [nodes](State& s) {
     for (const hipGraphNode& n : *nodes) {
       if (n.function) {

@@ -40,8 +40,9 @@
 //   a kernel's memory fault, where it does not abort the process); releases still release
 //   and queued work is dropped. hipDeviceReset frees everything of the device and clears
 //   the fault;
-// - graph launches perform their memcpy nodes in node order, with the nodes as they were
-//   at the launch; hipGraphExecKernelNodeSetParams and hipGraphExecMemcpyNodeSetParams1D
+// - graph launches perform their memcpy nodes in an order a GPU might take (of the nodes
+//   whose dependencies have run, the one created last: tests/support/graph_order.h, so a
+//   missing edge between two copies shows), with the nodes as they were at the launch; hipGraphExecKernelNodeSetParams and hipGraphExecMemcpyNodeSetParams1D
 //   retarget an instantiated node (for later launches), checked as a new node is;
 // - an instantiated graph holds an argument segment for each kernel node (the kernel's
 //   metadata's .kernarg_segment_size, aligned as ROCm aligns it: to at least 128 bytes)
