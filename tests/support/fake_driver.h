@@ -1,5 +1,7 @@
 // A device for engine tests: host memory, kernels whose bodies are C++ functions, device
-// graphs that run their nodes in order, and faults injected where a test asks for them
+// graphs that run their nodes as a GPU may (in an order their edges allow, of the ready
+// nodes the one created last: tests/support/graph_order.h, so an edge the engine fails to
+// make shows as a wrong result), and faults injected where a test asks for them
 // (an allocation, an instantiation, an update, a launch, a copy), so the engine's failure
 // paths run on any machine. It checks what the real drivers check: a copy node must lie on
 // live allocations of its context (CUDA refuses a memcpy node on an address it does not
@@ -28,6 +30,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "tests/support/graph_order.h"
 #include "absl/synchronization/mutex.h"
 #include "drivers/driver.h"
 #include "drivers/live_allocations.h"
@@ -224,9 +227,13 @@ class FakeStream {
   std::vector<std::function<void()>> queued_ ABSL_GUARDED_BY(mu_);
 };
 
-// Runs `nodes` (kernels and copies) in order.
-inline void RunFakeNodes(const std::vector<GraphNode>& nodes) {
-  for (const GraphNode& n : nodes) {
+// Runs `nodes` (kernels and copies), `deps[i]` the nodes node i depends on, in an order
+// the dependencies allow: of the nodes ready, the one created last.
+inline void RunFakeNodes(const std::vector<GraphNode>& nodes, const std::vector<std::vector<size_t>>& deps) {
+  std::vector<size_t> ids(nodes.size());
+  for (size_t i = 0; i < ids.size(); ++i) ids[i] = i;
+  for (size_t i : LatestReadyFirst(ids, [&](size_t i) -> const std::vector<size_t>& { return deps[i]; })) {
+    const GraphNode& n = nodes[i];
     if (n.is_copy()) {
       std::memcpy(reinterpret_cast<void*>(n.args[0].address), reinterpret_cast<const void*>(n.args[1].address),
                   n.copy_bytes);
@@ -238,8 +245,11 @@ inline void RunFakeNodes(const std::vector<GraphNode>& nodes) {
 
 class FakeDeviceGraph : public DeviceGraph {
  public:
-  FakeDeviceGraph(FakeDevice* device, FakeStream* stream, std::span<const GraphNode> nodes)
-      : device_(device), stream_(stream), nodes_(nodes.begin(), nodes.end()) {}
+  FakeDeviceGraph(FakeDevice* device, FakeStream* stream, std::span<const GraphNode> nodes,
+                  std::span<const std::pair<size_t, size_t>> edges)
+      : device_(device), stream_(stream), nodes_(nodes.begin(), nodes.end()), deps_(nodes.size()) {
+    for (auto [from, to] : edges) deps_[to].push_back(from);
+  }
 
   absl::Status Update(size_t node, std::span<const ArgValue> args, const Dim3& global, const Dim3& local) override {
     if (device_->Locked([](FakeCounts&, FakeFaults& f) { return FakeFaults::Due(f.update); }))
@@ -260,7 +270,7 @@ class FakeDeviceGraph : public DeviceGraph {
         }))
       return device_->faults().status;
     // The nodes as they are now: a later update does not change a launch already queued.
-    stream_->Enqueue([nodes = nodes_] { RunFakeNodes(nodes); });
+    stream_->Enqueue([nodes = nodes_, deps = deps_] { RunFakeNodes(nodes, deps); });
     if (!wait) return std::optional<absl::Duration>();
     stream_->Drain();
     return std::optional<absl::Duration>(absl::Microseconds(1));
@@ -272,6 +282,7 @@ class FakeDeviceGraph : public DeviceGraph {
   FakeDevice* const device_;
   FakeStream* const stream_;  // its context's
   std::vector<GraphNode> nodes_;
+  std::vector<std::vector<size_t>> deps_;  // by node: the nodes it depends on
 };
 
 class FakeContext : public Context {
@@ -333,17 +344,18 @@ class FakeContext : public Context {
     stream_.Drain();
     return absl::OkStatus();
   }
-  absl::StatusOr<std::unique_ptr<DeviceGraph>> Instantiate(std::span<const GraphNode> nodes,
-                                                           std::span<const std::pair<size_t, size_t>>) override {
+  absl::StatusOr<std::unique_ptr<DeviceGraph>> Instantiate(
+      std::span<const GraphNode> nodes, std::span<const std::pair<size_t, size_t>> edges) override {
     if (device_->Locked([](FakeCounts&, FakeFaults& f) { return FakeFaults::Due(f.instantiate); }))
       return device_->faults().status;
     for (const GraphNode& n : nodes)
       if (n.is_copy())
         if (absl::Status s = CheckFakeCopy(*device_, n.args, n.copy_bytes); !s.ok()) return s;
     device_->Locked([](FakeCounts& c, FakeFaults&) { return ++c.instantiations; });
-    return std::make_unique<FakeDeviceGraph>(device_, &stream_, nodes);
+    return std::make_unique<FakeDeviceGraph>(device_, &stream_, nodes, edges);
   }
   uint64_t address_space() const override { return 0; }
+  bool wants_edges() const override { return true; }  // its graphs run nodes as edges allow
   absl::Status health() const override { return device_->lost(); }
 
   // A kernel of this context with `signature` that runs `body`.
