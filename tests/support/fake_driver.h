@@ -30,10 +30,10 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "tests/support/graph_order.h"
 #include "absl/synchronization/mutex.h"
 #include "drivers/driver.h"
 #include "drivers/live_allocations.h"
+#include "tests/support/graph_order.h"
 
 namespace replayd::testing {
 

@@ -730,8 +730,6 @@ CUresult DeviceGetAttribute(int* value, CUdevice_attribute attribute, CUdevice d
 
 // Contexts.
 
-// Creates a context and pushes it on the calling thread's stack, as the driver does.
-// The fake makes plain contexts only: no creation parameters.
 // Whether the compute mode lets this process make a context: never in prohibited mode
 // (CUDA_ERROR_UNKNOWN, as cuCtxCreate's and cuDevicePrimaryCtxRetain's documentation
 // says), and in exclusive-process mode only while no other process holds the device.
@@ -741,6 +739,8 @@ CUresult ContextAllowed(const State& s) {
   return CUDA_SUCCESS;
 }
 
+// Creates a context and pushes it on the calling thread's stack, as the driver does.
+// The fake makes plain contexts only: no creation parameters.
 CUresult CtxCreate(CUcontext* pctx, CUctxCreateParams* params, unsigned flags, CUdevice dev) {
   Call call;
   if (CUresult r = call.blocked(); r != CUDA_SUCCESS) return r;
