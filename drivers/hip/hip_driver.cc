@@ -304,6 +304,7 @@ class HipBatch : public DeviceGraph {
       n.global = nodes[i].global;
       n.local = nodes[i].local;
     }
+    for (const Node& n : nodes_) segments_ += n.params ? n.kernel->kernarg_bytes() : kCopyKernargBytes;
   }
   ~HipBatch() override {
     if (context_->Bind().ok()) {
@@ -405,8 +406,6 @@ class HipBatch : public DeviceGraph {
   absl::Status Build() {
     const HipLibrary& hip = context_->hip();
     if (absl::Status s = context_->Bind(); !s.ok()) return s;
-    segments_ = 0;
-    for (const Node& n : nodes_) segments_ += n.params ? n.kernel->kernarg_bytes() : kCopyKernargBytes;
     const uint64_t pool = kKernargPoolBytes + segments_;
     if (absl::Status s = context_->device_memory().Reserve(context_->device_id(), pool); !s.ok()) return s;
     hipGraph_t graph = nullptr;
@@ -472,7 +471,7 @@ class HipBatch : public DeviceGraph {
   uint64_t update_kernargs_ = 0;
   // The segments of one instantiation of the nodes; the device memory reserved for
   // exec_'s pool, and whether that includes what its updates may take.
-  uint64_t segments_ = 0;
+  uint64_t segments_ = 0;  // set once: the nodes' kinds never change
   uint64_t reserved_ = 0;
   bool updates_reserved_ = false;
 };

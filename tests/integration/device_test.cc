@@ -238,7 +238,7 @@ class DeviceTest : public DaemonFixture, public ::testing::WithParamInterface<De
   }
 
   // A captured chain of `calls` affine launches over kN elements, bin -> t -> t' ... ->
-  // out, the call c adding `position` + c % 3 (position a variable of `range`): each
+  // out, the call c adding `position` (a variable of the graph) + c % 3: each
   // element of out is (...((in * 2 + k0) * 2 + k1)...).
   absl::StatusOr<Graph> CaptureAffineChain(const Program& affine, Buffer& bin, Buffer& out, int calls,
                                            const Variable& position) {
